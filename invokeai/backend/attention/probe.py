@@ -1,0 +1,77 @@
+"""Startup probe: which fused kernels this device offers for the shape the transformers attend over.
+
+A capability query (no kernel launch, no timing) whose answer depends on the build, the device and the shape, so
+the log line names all three. Every failure is swallowed: a diagnostic must never stop the server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend
+
+logger = logging.getLogger(__name__)
+
+PROBE_SHAPE = (1, 24, 1024, 128)
+PROBE_DTYPE = torch.bfloat16
+_PROBED = {
+    "flash": ("can_use_flash_attention", SDPBackend.FLASH_ATTENTION),
+    "cudnn": ("can_use_cudnn_attention", SDPBackend.CUDNN_ATTENTION),
+    "efficient": ("can_use_efficient_attention", SDPBackend.EFFICIENT_ATTENTION),
+}
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return torch.xpu.get_device_name(device)
+
+
+def probe_kernels(device: torch.device | str) -> dict[str, Any] | None:
+    """{device, torch, shape, dtype, mask, flash, cudnn, efficient, sage} on cuda/xpu; None elsewhere or on error."""
+    device = torch.device(device)
+    if device.type not in ("cuda", "xpu"):
+        return None
+    try:
+        query = torch.zeros(PROBE_SHAPE, device=device, dtype=PROBE_DTYPE)
+        params = torch.backends.cuda.SDPAParams(query, query, query, None, 0.0, False, False)
+        result: dict[str, Any] = {
+            "device": f"{device} ({_device_name(device)})",
+            "torch": torch.__version__,
+            "shape": list(PROBE_SHAPE),
+            "dtype": str(PROBE_DTYPE).removeprefix("torch."),
+            "mask": "no mask",
+        }
+        for name, (function, _) in _PROBED.items():
+            can_use = getattr(torch.backends.cuda, function, None)
+            result[name] = bool(can_use(params, False)) if can_use is not None else False
+        del params, query
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        result["sage"] = importlib.util.find_spec("sageattention") is not None
+        yes_no = " ".join(f"{k}={'yes' if result[k] else 'no'}" for k in ("flash", "cudnn", "efficient", "sage"))
+        logger.info(
+            "SDPA kernels on %s, torch %s, for %s %s, no mask: %s",
+            result["device"],
+            result["torch"],
+            result["dtype"],
+            list(PROBE_SHAPE),
+            yes_no,
+        )
+        return result
+    except Exception as error:
+        logger.debug("SDPA kernel probe failed on %s: %s", device, error)
+        return None
+
+
+def unavailable_kernels(probe: dict[str, Any] | None) -> frozenset[SDPBackend]:
+    """Kernels this build lacks, plus those the probe found unusable on this device."""
+    missing: set[SDPBackend] = set()
+    if torch.version.hip is not None:
+        missing.add(SDPBackend.CUDNN_ATTENTION)
+    if probe is not None:
+        missing |= {kernel for name, (_, kernel) in _PROBED.items() if not probe.get(name, True)}
+    return frozenset(missing)
