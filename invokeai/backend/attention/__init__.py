@@ -69,7 +69,7 @@ def attention_stats() -> dict[str, Any]:
         "cudnn_demoted": _STATE.cudnn_demoted,
         "window": window.mode if window is not None else None,
         "probe": _STATE.probe,
-        "unavailable": sorted(kernel.name for kernel in _STATE.unavailable),
+        "unavailable": sorted(_STATE.unavailable),
         "sage": _STATE.sage.version if _STATE.sage is not None else None,
         "reports": list(_stats.reports),
         "events": list(_stats.events),

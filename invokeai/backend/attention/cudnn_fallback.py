@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention import stats
 from invokeai.backend.attention.caller import current_node_type
@@ -31,7 +30,7 @@ def cudnn_fallback_layer(
     inner: Callable[..., Any], state: AttentionState, demote: Callable[[RuntimeError], None]
 ) -> Callable[..., Any]:
     def fallback(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
-        if route is not SDPBackend.CUDNN_ATTENTION:
+        if route != "CUDNN_ATTENTION":
             return inner(route, q, k, v, m, d, c, s, g)
         try:
             return inner(route, q, k, v, m, d, c, s, g)

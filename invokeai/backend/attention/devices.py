@@ -10,8 +10,6 @@ from __future__ import annotations
 import torch
 from torch.nn.attention import SDPBackend
 
-_BACKENDS: dict[int, SDPBackend] = {int(b): b for b in SDPBackend.__members__.values()}
-
 
 def is_reported_tensor(tensor: torch.Tensor) -> bool:
     """Tensors whose device walks the installed order: CUDA (and ROCm, which is torch's 'cuda') and XPU."""
@@ -35,21 +33,12 @@ def is_rocm() -> bool:
     return torch.version.hip is not None
 
 
-def fused_choice(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
-) -> SDPBackend:
-    """PyTorch's own answer to "which kernel serves this call under the current flags and order"."""
-    if scale is None and not enable_gqa:
-        choice = torch._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal)
-    else:
-        choice = torch._fused_sdp_choice(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-        )
-    return _BACKENDS[choice]
+# PyTorch's own answer to "which kernel serves this call under the current flags and order", as an
+# SDPBackend value (ERROR = -1 when none can). Tests replace it with a function of the same signature.
+fused_sdp_choice = torch._fused_sdp_choice
+
+# Routes are the backends' names: pybind enums hash and compare through Python (~0.3 us each), plain strings do
+# not, and every call hashes its route once. Indexed by the SDPBackend value; ERROR (-1) is the last entry.
+BACKEND_BY_VALUE: tuple[str, ...] = tuple(
+    SDPBackend(value).name for value in (*range(int(SDPBackend.OVERRIDEABLE) + 1), int(SDPBackend.ERROR))
+)

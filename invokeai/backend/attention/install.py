@@ -48,7 +48,6 @@ def rebind(state: AttentionState = STATE) -> None:
         chain = report_layer(chain, state, state.pinned)
     state.router = make_router(state)
     state.wrapper = public_function(state.router, chain, state.original_sdpa, state.lock if state.serialize else None)
-    state.routes.clear()
     F.scaled_dot_product_attention = state.wrapper
 
 
@@ -75,7 +74,7 @@ def _startup_messages(device: torch.device) -> None:
             device.type,
         )
         return
-    if pinned in STATE.unavailable:
+    if pinned.name in STATE.unavailable:
         logger.warning(
             "attention_backend %r: this build or device has no %s (%s); every call runs on the next kernel of %s.",
             setting,
@@ -135,4 +134,3 @@ def uninstall_attention() -> None:
         STATE.rocm_max_head_dim = None
         STATE.cudnn_demoted = False
         STATE.serialize = False
-        STATE.routes.clear()

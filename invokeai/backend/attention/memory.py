@@ -7,7 +7,6 @@ kernel (or any call that falls to math) is reserved for instead of running out o
 from __future__ import annotations
 
 import torch
-from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention.rocm_guard import MATH_CHUNK_BYTES
 from invokeai.backend.attention.routing import GUARDED_MATH, SAGE, make_router
@@ -15,7 +14,7 @@ from invokeai.backend.attention.score_matrix import score_matrix_bytes
 from invokeai.backend.attention.state import STATE
 
 _PROBE_LEN = 64
-_MATERIALISING = (SDPBackend.MATH, SDPBackend.ERROR, GUARDED_MATH)
+_MATERIALISING = ("MATH", "ERROR", GUARDED_MATH)
 
 
 def _probe_route(device: torch.device, dtype: torch.dtype, head_dim: int, has_attn_mask: bool, is_causal: bool):  # type: ignore[no-untyped-def]

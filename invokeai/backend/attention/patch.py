@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from invokeai.backend.attention import stats
+from invokeai.backend.attention.caller import current_node_type
 from invokeai.backend.attention.rocm_guard import chunked_math
 from invokeai.backend.attention.routing import GUARDED_MATH, SAGE
 from invokeai.backend.attention.score_matrix import bytes_per_score_element
@@ -22,7 +23,9 @@ Layer = Callable[..., Any]
 
 def sdpa_layer(original: Callable[..., torch.Tensor]) -> Layer:
     """PyTorch's SDPA, called with the arguments the caller gave (so its errors are PyTorch's own)."""
-    count = stats.count
+    local = stats.thread_local
+    new_counts = stats.counts_for_this_thread
+    node_type = current_node_type
 
     def sdpa(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
         # Parsing explicit defaults costs the C binding ~0.3 us, so the common call passes only the tensors.
@@ -30,7 +33,13 @@ def sdpa_layer(original: Callable[..., torch.Tensor]) -> Layer:
             out = original(q, k, v) if m is None and not d and not c else original(q, k, v, m, d, c)
         else:
             out = original(q, k, v, m, d, c, scale=s, enable_gqa=g)
-        count(route)
+        # stats.count, inlined: this is the hottest line of the server.
+        try:
+            counts = local.counts
+        except AttributeError:
+            counts = new_counts()
+        key = (node_type(), route)
+        counts[key] = counts.get(key, 0) + 1
         return out
 
     return sdpa
@@ -52,11 +61,10 @@ def sage_layer(inner: Layer, sage: Any) -> Layer:
 def rocm_math_layer(inner: Layer, budget: int) -> Layer:
     """Math calls the guard sent, and math calls whose score matrix exceeds `budget`, run chunked via aten."""
     count = stats.count
-    math = torch.nn.attention.SDPBackend.MATH
 
     def rocm_math(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
         if route is GUARDED_MATH or (
-            route is math
+            route == "MATH"
             and q.dim() == 4
             and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[-2] * bytes_per_score_element(q.device, q.dtype) > budget
         ):

@@ -67,11 +67,11 @@ def probe_kernels(device: torch.device | str) -> dict[str, Any] | None:
         return None
 
 
-def unavailable_kernels(probe: dict[str, Any] | None) -> frozenset[SDPBackend]:
-    """Kernels this build lacks, plus those the probe found unusable on this device."""
-    missing: set[SDPBackend] = set()
+def unavailable_kernels(probe: dict[str, Any] | None) -> frozenset[str]:
+    """Names of the kernels this build lacks, plus those the probe found unusable on this device."""
+    missing: set[str] = set()
     if torch.version.hip is not None:
-        missing.add(SDPBackend.CUDNN_ATTENTION)
+        missing.add(SDPBackend.CUDNN_ATTENTION.name)
     if probe is not None:
-        missing |= {kernel for name, (_, kernel) in _PROBED.items() if not probe.get(name, True)}
+        missing |= {kernel.name for name, (_, kernel) in _PROBED.items() if not probe.get(name, True)}
     return frozenset(missing)

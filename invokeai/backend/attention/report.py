@@ -31,28 +31,28 @@ WINDOW = "window"
 ROCM_GUARD = "rocm_guard"
 REASONS = (CANNOT_SERVE, UNAVAILABLE, DEMOTED, WINDOW, ROCM_GUARD)
 
-_CAN_USE: dict[SDPBackend, Callable[..., bool]] = {
-    SDPBackend.FLASH_ATTENTION: torch.backends.cuda.can_use_flash_attention,
-    SDPBackend.EFFICIENT_ATTENTION: torch.backends.cuda.can_use_efficient_attention,
+_CAN_USE: dict[str, Callable[..., bool]] = {
+    "FLASH_ATTENTION": torch.backends.cuda.can_use_flash_attention,
+    "EFFICIENT_ATTENTION": torch.backends.cuda.can_use_efficient_attention,
 }
 if hasattr(torch.backends.cuda, "can_use_cudnn_attention"):
-    _CAN_USE[SDPBackend.CUDNN_ATTENTION] = torch.backends.cuda.can_use_cudnn_attention
+    _CAN_USE["CUDNN_ATTENTION"] = torch.backends.cuda.can_use_cudnn_attention
 
 
-def reason_for(state: AttentionState, pinned: SDPBackend, route: Any) -> str:
+def reason_for(state: AttentionState, pinned: str, route: Any) -> str:
     if route is GUARDED_MATH:
         return ROCM_GUARD
     if state.window is not None and state.window.exclusive:
         return WINDOW
-    if pinned is SDPBackend.CUDNN_ATTENTION and state.cudnn_demoted:
+    if pinned == "CUDNN_ATTENTION" and state.cudnn_demoted:
         return DEMOTED
     if pinned in state.unavailable:
         return UNAVAILABLE
     return CANNOT_SERVE
 
 
-def _explain(state: AttentionState, pinned: SDPBackend, reason: str, call_description: str, head_dim: int) -> str:
-    phrase = KERNEL_PHRASES[pinned]
+def _explain(state: AttentionState, pinned: str, reason: str, call_description: str, head_dim: int) -> str:
+    phrase = KERNEL_PHRASES[getattr(SDPBackend, pinned)]
     if reason == ROCM_GUARD:
         return f"the ROCm wide-head guard sent this call (head_dim {head_dim} > {state.rocm_max_head_dim}) to math"
     if reason == WINDOW:
@@ -65,7 +65,7 @@ def _explain(state: AttentionState, pinned: SDPBackend, reason: str, call_descri
     return f"{phrase} cannot serve this call ({call_description})"
 
 
-def _pytorch_reason(pinned: SDPBackend, q, k, v, m, d, c, g) -> None:  # type: ignore[no-untyped-def]
+def _pytorch_reason(pinned: str, q, k, v, m, d, c, g) -> None:  # type: ignore[no-untyped-def]
     """PyTorch's own eligibility checks in debug mode, written once to stderr."""
     can_use = _CAN_USE.get(pinned)
     if can_use is None:
@@ -79,18 +79,24 @@ def _pytorch_reason(pinned: SDPBackend, q, k, v, m, d, c, g) -> None:  # type: i
     except Exception as error:  # a diagnostic must never fail the call
         lines = [f"(PyTorch could not say: {error})"]
     if lines:
-        sys.stderr.write(f"PyTorch on why {pinned.name} did not serve it:\n" + "\n".join(lines) + "\n")
+        sys.stderr.write(f"PyTorch on why {pinned} did not serve it:\n" + "\n".join(lines) + "\n")
 
 
 def report_layer(inner: Callable[..., Any], state: AttentionState, pinned: SDPBackend) -> Callable[..., Any]:
-    seen: set[tuple[str, SDPBackend, Any, str]] = set()
+    seen: set[tuple[str, Any, str]] = set()
+    # (node type, route, state version) already handled: the steady state costs one set lookup.
+    handled: set[tuple[str, Any, int]] = set()
     lock = threading.Lock()
     setting = state.setting
+    pinned_name = pinned.name
 
     def report(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
-        if route is not pinned and route is not SDPBackend.ERROR and devices.is_reported_tensor(q):
-            reason = reason_for(state, pinned, route)
-            key = (current_node_type(), pinned, route, reason)
+        if route != pinned_name and route != "ERROR" and devices.is_reported_tensor(q):
+            fast_key = (current_node_type(), route, state.version)
+            if fast_key in handled:
+                return inner(route, q, k, v, m, d, c, s, g)
+            reason = reason_for(state, pinned_name, route)
+            key = (fast_key[0], route, reason)
             if key not in seen:
                 with lock:
                     first = key not in seen
@@ -98,21 +104,24 @@ def report_layer(inner: Callable[..., Any], state: AttentionState, pinned: SDPBa
                 if first:
                     message = (
                         f"attention_backend {setting!r} is not possible for attention in {key[0]}: "
-                        f"{_explain(state, pinned, reason, describe_call(q, k, m, d, c, g), q.shape[-1])}; "
+                        f"{_explain(state, pinned_name, reason, describe_call(q, k, m, d, c, g), q.shape[-1])}; "
                         f"it runs on {stats.route_name(route)}."
                     )
                     logger.warning(message)
                     stats.reports.append(
                         {
                             "node_type": key[0],
-                            "pinned": pinned.name,
+                            "pinned": pinned_name,
                             "serving": stats.route_name(route),
                             "reason": reason,
                             "message": message,
                         }
                     )
                     if reason == CANNOT_SERVE:
-                        _pytorch_reason(pinned, q, k, v, m, d, c, g)
+                        _pytorch_reason(pinned_name, q, k, v, m, d, c, g)
+            # Not for the ROCm guard: whether it applies depends on the call's head_dim, not on the state.
+            if route is not GUARDED_MATH:
+                handled.add(fast_key)
         return inner(route, q, k, v, m, d, c, s, g)
 
     return report

@@ -36,16 +36,16 @@ class AttentionState:
     router: Callable[..., Any] | None = None
     previous_flags: KernelFlags | None = None
     probe: dict[str, Any] | None = None
-    unavailable: frozenset[SDPBackend] = frozenset()
+    unavailable: frozenset[str] = frozenset()
     sage: Any = None
     rocm_max_head_dim: int | None = None
     serialize: bool = False
+    # Bumped whenever the flags change (install, demotion, window), so the report can skip re-deriving a reason.
+    version: int = 0
     # Every attention call takes this lock while windows are possible, and a window holds it for its whole
     # generation: PyTorch's flags are process-global, so that is the only way a window cannot leak into another
     # thread's calls. Reentrant, so the window's own thread keeps calling attention inside it.
     lock: threading.RLock = field(default_factory=threading.RLock)
-    # Dispatcher answers per call signature; cleared whenever the flags change.
-    routes: dict[tuple[Any, ...], SDPBackend] = field(default_factory=dict)
 
     @property
     def installed(self) -> bool:
@@ -61,9 +61,8 @@ class AttentionState:
         return ranked_flags(order)
 
     def apply(self) -> None:
-        """Push the effective order to PyTorch and forget every cached dispatcher answer."""
         apply_flags(self.effective_flags())
-        self.routes.clear()
+        self.version += 1
 
 
 def demoted_order(order: tuple[SDPBackend, ...]) -> tuple[SDPBackend, ...]:

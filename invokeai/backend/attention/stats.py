@@ -8,13 +8,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from torch.nn.attention import SDPBackend
-
 from invokeai.backend.attention.caller import current_node_type
 
 Route = Any  # an SDPBackend, SAGE or GUARDED_MATH (see routing)
 
-_local = threading.local()
+thread_local = threading.local()
 _thread_counts: list[dict[tuple[str, Route], int]] = []
 _registry_lock = threading.Lock()
 
@@ -22,26 +20,26 @@ reports: list[dict[str, str]] = []
 events: list[dict[str, str]] = []
 
 
-def _counts_for_this_thread() -> dict[tuple[str, Route], int]:
+def counts_for_this_thread() -> dict[tuple[str, Route], int]:
     counts: dict[tuple[str, Route], int] = {}
     with _registry_lock:
         _thread_counts.append(counts)
-    _local.counts = counts
+    thread_local.counts = counts
     return counts
 
 
 def count(route: Route) -> None:
     """Count one completed call under (current node type, the kernel that served it)."""
     try:
-        counts = _local.counts
+        counts = thread_local.counts
     except AttributeError:
-        counts = _counts_for_this_thread()
+        counts = counts_for_this_thread()
     key = (current_node_type(), route)
     counts[key] = counts.get(key, 0) + 1
 
 
 def route_name(route: Route) -> str:
-    return route.name if isinstance(route, SDPBackend) else str(route)
+    return str(route)
 
 
 def call_counts() -> dict[str, dict[str, int]]:
