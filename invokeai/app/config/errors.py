@@ -1,0 +1,43 @@
+"""Configuration errors as short messages that name where the value came from, the value and what is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from invokeai.app.config.describe import SETTINGS, allowed_values, is_enumerated
+
+
+class ConfigError(Exception):
+    """Bad configuration input. Each problem is one line for the user, e.g.
+    "/home/me/invokeai/invokeai.yaml: 'attention_backend' is 'fast'; allowed: auto, sage, ...".
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def show_value(value: Any) -> str:
+    return "empty" if value is None else repr(value)
+
+
+def bad_value(subject: str, name: str, value: Any) -> str:
+    """One problem line; `subject` says where the value came from ("file: 'port'", "option --port")."""
+    wanted = ("allowed: " if is_enumerated(name) else "expected ") + allowed_values(name)
+    return f"{subject} is {show_value(value)}; {wanted}"
+
+
+def from_validation_error(error: ValidationError, subject: Callable[[str], str]) -> ConfigError:
+    """A ConfigError with one line per invalid setting; `subject(name)` names the source of that setting."""
+    problems = []
+    for detail in error.errors():
+        name = str(detail["loc"][0]) if detail["loc"] else ""
+        if name in SETTINGS:
+            problems.append(bad_value(subject(name), name, detail["input"]))
+        else:
+            # Unknown keys are rejected before validation, so this is a safety net, not a user-facing path.
+            problems.append(f"{subject(name)}: {detail['msg']}")
+    return ConfigError(problems)

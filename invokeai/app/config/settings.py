@@ -1,0 +1,177 @@
+"""The settings class: every setting with its type, default, allowed values, description and restart rule.
+
+Adding a setting is one `setting(...)` line here; the YAML template, the generated docs, the error messages and
+`GET /api/v1/app/config` all read it from this class.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "INVOKEAI_"
+ROOT_ENV_VAR = "INVOKEAI_ROOT"
+CONFIG_FILE_NAME = "invokeai.yaml"
+
+# The attention package (invokeai.backend.attention.ATTENTION_SETTINGS) cannot import the app, so
+# tests/app/test_attention_setting.py pins this Literal against its list.
+AttentionBackend = Literal["auto", "sage", "cudnn", "flash", "efficient", "math"]
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+Precision = Literal["auto", "float16", "bfloat16", "float32"]
+
+
+def default_root() -> Path:
+    """The root when --root is not given: $INVOKEAI_ROOT, else ~/invokeai."""
+    from_env = os.environ.get(ROOT_ENV_VAR)
+    return Path(from_env).expanduser().resolve() if from_env else Path.home() / "invokeai"
+
+
+def setting(
+    default: Any,
+    description: str,
+    *,
+    startup_only: bool,
+    common: bool = False,
+    allowed: str | None = None,
+    **constraints: Any,
+) -> Any:
+    """A settings field.
+
+    startup_only: read once at start; a change needs a restart (required, so each new setting decides).
+    common: one a user is likely to edit; the first-run invokeai.yaml lists it (commented out).
+    allowed: the valid values in words, where the type alone does not say them (e.g. a pattern).
+    """
+    extra: dict[str, Any] = {"startup_only": startup_only, "common": common}
+    if allowed is not None:
+        extra["allowed"] = allowed
+    return Field(default, description=description, json_schema_extra=extra, **constraints)
+
+
+class InvokeAIAppConfig(BaseSettings):
+    """InvokeAI's settings. Sources, highest first: command line, environment, the YAML file, defaults.
+
+    Build it through `invokeai.app.config.load_config`, which checks each source and sets `root`; on its own
+    the class reads the environment (INVOKEAI_<SETTING>) over the defaults.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, extra="forbid")
+
+    host: str = setting(
+        "127.0.0.1",
+        "Address the web server listens on. 0.0.0.0 serves every network interface.",
+        startup_only=True,
+        common=True,
+    )
+    port: int = setting(
+        9090,
+        "TCP port the web server listens on. 0 lets the operating system pick a free port.",
+        startup_only=True,
+        common=True,
+        ge=0,
+        le=65535,
+    )
+    log_level: LogLevel = setting(
+        "info",
+        "Lowest level of log messages that are printed.",
+        startup_only=True,
+        common=True,
+    )
+    device: str = setting(
+        "auto",
+        "Torch device that runs the models: auto chooses the best one available; cuda:N picks one CUDA GPU.",
+        startup_only=True,
+        common=True,
+        allowed="auto, cpu, cuda, cuda:N, mps, xpu",
+        pattern=r"^(auto|cpu|cuda|cuda:\d+|mps|xpu)$",
+    )
+    precision: Precision = setting(
+        "auto",
+        "Floating-point precision of model weights and computation: auto chooses one that suits the device.",
+        startup_only=True,
+        common=True,
+    )
+    attention_backend: AttentionBackend = setting(
+        "auto",
+        "Attention kernel ranked first for every scaled-dot-product attention call. auto: InvokeAI's order "
+        "(flash, cuDNN, memory-efficient, math). sage: SageAttention where it can serve the call (needs the "
+        "'sage' extra and a CUDA GPU), auto's order elsewhere. cudnn, flash, efficient, math: that PyTorch "
+        "kernel first, then auto's order; a call it cannot serve runs on the next kernel and is reported. "
+        "math computes the whole score matrix: slow and memory-hungry, meant for debugging.",
+        startup_only=True,
+        common=True,
+    )
+    models_dir: Path = setting(
+        Path("models"),
+        "Folder that holds installed models.",
+        startup_only=True,
+        common=True,
+    )
+    outputs_dir: Path = setting(
+        Path("outputs"),
+        "Folder that generated images are written to.",
+        startup_only=True,
+        common=True,
+    )
+    db_path: Path = setting(
+        Path("databases/invokeai.db"),
+        "SQLite database file (queue, image records, model records).",
+        startup_only=True,
+    )
+    use_memory_db: bool = setting(
+        False,
+        "Keep the database in memory instead of db_path; everything in it is lost on exit. For tests and demos.",
+        startup_only=True,
+    )
+
+    # Where relative paths resolve and which file was read: not settings (the file cannot name its own
+    # location), so load_config sets them.
+    _root: Path = PrivateAttr(default_factory=lambda: default_root())
+    _config_file: Path | None = PrivateAttr(default=None)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def config_file(self) -> Path | None:
+        return self._config_file
+
+    def resolve(self, path: Path) -> Path:
+        """A path setting made absolute: relative paths resolve against the root."""
+        return path if path.is_absolute() else self._root / path
+
+    @property
+    def models_path(self) -> Path:
+        return self.resolve(self.models_dir)
+
+    @property
+    def outputs_path(self) -> Path:
+        return self.resolve(self.outputs_dir)
+
+    @property
+    def db_file(self) -> Path:
+        return self.resolve(self.db_path)
+
+    @classmethod
+    def located(cls, values: dict[str, Any], root: Path, config_file: Path | None) -> InvokeAIAppConfig:
+        """Settings from already merged `values` (which take precedence over the environment), with the root
+        that relative paths resolve against and the settings file they came from."""
+        config = cls(**values)
+        config._root = root
+        config._config_file = config_file
+        return config
+
+
+# The same fields on a plain model, to validate one source's values on their own: BaseSettings always mixes
+# the environment in, so it cannot say whether the file's own value was valid.
+SettingsValues: type[BaseModel] = create_model(
+    "SettingsValues",
+    __config__=ConfigDict(extra="forbid"),
+    **{name: (field.annotation, field) for name, field in InvokeAIAppConfig.model_fields.items()},
+)
