@@ -1,0 +1,1 @@
+"""The HTTP API: the FastAPI app factory and one router module per resource."""

@@ -1,0 +1,17 @@
+"""What route handlers receive through FastAPI's dependency injection."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from invokeai.app.config import InvokeAIAppConfig
+
+
+def get_config(request: Request) -> InvokeAIAppConfig:
+    config: InvokeAIAppConfig = request.app.state.config
+    return config
+
+
+Config = Annotated[InvokeAIAppConfig, Depends(get_config)]

@@ -1,0 +1,42 @@
+"""/api/v1/app: facts about the running server (version, effective settings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from invokeai.app.api.dependencies import Config
+from invokeai.app.config.describe import startup_only_settings
+from invokeai.app.version import app_version
+
+router = APIRouter(prefix="/app", tags=["app"])
+
+
+class AppVersion(BaseModel):
+    version: str = Field(description="The installed InvokeAI version.")
+
+
+class AppConfig(BaseModel):
+    root: str = Field(description="The root folder; relative path settings resolve against it.")
+    config_file: str | None = Field(description="The settings file that was read, or written on first start.")
+    config: dict[str, Any] = Field(
+        description="Every setting's effective value (command line, environment, file, default)."
+    )
+    startup_only: list[str] = Field(description="The settings that take effect only at the next start.")
+
+
+@router.get("/version", operation_id="app_version")
+def get_version() -> AppVersion:
+    return AppVersion(version=app_version())
+
+
+@router.get("/config", operation_id="app_config")
+def get_config(config: Config) -> AppConfig:
+    return AppConfig(
+        root=str(config.root),
+        config_file=str(config.config_file) if config.config_file else None,
+        config=config.model_dump(mode="json"),
+        startup_only=startup_only_settings(),
+    )

@@ -1,0 +1,35 @@
+"""Running the ASGI app with uvicorn, and leaving quietly (exit 0, no traceback) on SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+_SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _exit_now(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _do_nothing(signum: int, frame: FrameType | None) -> None:
+    pass
+
+
+def exit_quietly_on_signals() -> None:
+    """Until the server runs, SIGINT and SIGTERM end the process with exit code 0 (no KeyboardInterrupt)."""
+    for sig in _SHUTDOWN_SIGNALS:
+        signal.signal(sig, _exit_now)
+
+
+def serve(app: FastAPI, host: str, port: int) -> None:
+    """Serve until SIGINT or SIGTERM, then return after uvicorn's graceful shutdown."""
+    # uvicorn catches both signals, shuts down, puts back the handlers it found and raises the signal again so
+    # that their default action runs. The handlers it finds do nothing, so a shutdown by signal returns here
+    # (and the process exits 0) instead of dying by SIGTERM or printing a KeyboardInterrupt traceback.
+    for sig in _SHUTDOWN_SIGNALS:
+        signal.signal(sig, _do_nothing)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None)).run()
