@@ -1,0 +1,65 @@
+"""Fixtures for the app tests: an environment without INVOKEAI_* variables, and the real console script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def _is_invokeai_var(name: str) -> bool:
+    return name.upper().startswith("INVOKEAI_")
+
+
+@pytest.fixture(autouse=True)
+def no_invokeai_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The developer's own INVOKEAI_* variables and ~/invokeai must not change any result."""
+    for name in [name for name in os.environ if _is_invokeai_var(name)]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not _is_invokeai_var(name)}
+    return {**env, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **extra}
+
+
+@pytest.fixture
+def child_env() -> Callable[..., dict[str, str]]:
+    """child_env(NAME=value, ...): an environment for a subprocess, without the caller's INVOKEAI_* variables."""
+    return _child_env
+
+
+@pytest.fixture
+def invokeai_web() -> str:
+    """The installed console script (pip install -e '.[test]' puts it next to the interpreter)."""
+    beside = Path(sys.executable).with_name("invokeai-web")
+    found = str(beside) if beside.exists() else shutil.which("invokeai-web")
+    if found is None:
+        pytest.fail("invokeai-web is not installed: run pip install -e '.[test]'")
+    return found
+
+
+@pytest.fixture
+def run_invokeai_web(invokeai_web: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run the console script to completion (for runs that should stop before serving)."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [invokeai_web, *args], capture_output=True, text=True, timeout=60, env=_child_env(**(env or {}))
+        )
+
+    return run
+
+
+@pytest.fixture
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

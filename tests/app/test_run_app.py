@@ -1,0 +1,48 @@
+"""`invokeai-web --help`, and the startup order: attention kernels installed before model libraries load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+# Runs run_app.main with the attention install and uvicorn replaced by recorders.
+STARTUP_PROBE = """
+import json, sys
+import invokeai.backend.attention as attention
+import invokeai.app.run_app as run_app
+
+calls = []
+attention.install_attention = lambda setting: calls.append(
+    ["install", setting, sorted(m for m in ("diffusers", "transformers") if m in sys.modules)]
+)
+run_app.serve = lambda app, host, port: calls.append(["serve", type(app).__name__, host, port])
+code = run_app.main(["--root", sys.argv[1], "--port", "0"])
+print(json.dumps({"code": code, "calls": calls}))
+"""
+
+
+def test_help_documents_the_options(run_invokeai_web: Run) -> None:
+    result = run_invokeai_web("--help")
+    assert result.returncode == 0
+    for option in ("--root", "--config", "--host", "--port", "INVOKEAI_ROOT", "docs/configuration.md"):
+        assert option in result.stdout
+
+
+def test_attention_is_installed_first_with_the_configured_setting(
+    tmp_path: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", STARTUP_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(INVOKEAI_ATTENTION_BACKEND="efficient"),
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report == {"code": 0, "calls": [["install", "efficient", []], ["serve", "FastAPI", "127.0.0.1", 0]]}
