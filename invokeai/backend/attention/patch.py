@@ -116,4 +116,6 @@ def public_function(
                 )
 
     scaled_dot_product_attention.__doc__ = original.__doc__
+    # Python names the qualified name in argument errors; keep them reading like PyTorch's.
+    scaled_dot_product_attention.__qualname__ = "scaled_dot_product_attention"
     return scaled_dot_product_attention

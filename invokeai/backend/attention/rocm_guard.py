@@ -39,6 +39,9 @@ def max_fused_head_dim() -> int:
 
 
 def _math(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    if mask is not None and mask.dtype == torch.bool:
+        # SDPA's front end turns a bool mask into an additive one before any kernel; the aten op does not.
+        mask = torch.zeros_like(mask, dtype=q.dtype).masked_fill_(mask.logical_not(), float("-inf"))
     return torch.ops.aten._scaled_dot_product_attention_math(
         q, k, v, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
     )[0]

@@ -1,0 +1,147 @@
+"""The "pinned kernel not possible" report, on the CPU standing in for a GPU."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from invokeai.backend.attention import (
+    attention_caller,
+    attention_stats,
+    install,
+    install_attention,
+    report,
+    sdpa_window,
+)
+
+FUSED = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "not possible" in r.getMessage()]
+
+
+@pytest.fixture
+def gqa_call() -> tuple[torch.Tensor, ...]:
+    q = torch.randn(1, 32, 8, 128, dtype=torch.bfloat16)
+    kv = torch.randn(1, 8, 8, 128, dtype=torch.bfloat16)
+    return q, kv, kv
+
+
+def test_a_call_the_pinned_kernel_cannot_serve_is_reported_once_per_node(
+    stand_in_gpu,
+    dispatcher,
+    gqa_call,
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    dispatcher("CUDNN_ATTENTION", "MATH")  # this "device" has no memory-efficient kernel for the call
+    install_attention("efficient")
+    q, k, v = gqa_call
+    caplog.set_level(logging.WARNING)
+    with attention_caller("krea2_text_encoder"):
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert _warnings(caplog) == [
+        "attention_backend 'efficient' is not possible for attention in krea2_text_encoder: the memory-efficient "
+        "kernel cannot serve this call (bfloat16, head_dim 128, no mask, 32 query / 8 key-value heads, query "
+        "length 8, key length 8, enable_gqa, causal); it runs on CUDNN_ATTENTION."
+    ]
+    with attention_caller("krea2_denoise"):
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert len(_warnings(caplog)) == 2
+    reports = attention_stats()["reports"]
+    assert [(r["node_type"], r["pinned"], r["serving"], r["reason"]) for r in reports] == [
+        ("krea2_text_encoder", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
+        ("krea2_denoise", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
+    ]
+    assert attention_stats()["counts"]["krea2_text_encoder"] == {"CUDNN_ATTENTION": 3}
+
+
+def test_the_report_names_the_serving_kernel_per_distinct_kernel(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+    stand_in = dispatcher("CUDNN_ATTENTION", "MATH")
+    install_attention("flash")
+    q = torch.randn(1, 2, 8, 64)
+    with attention_caller("vae_decode"):
+        F.scaled_dot_product_attention(q, q, q)
+        stand_in.can_serve = {"MATH"}
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q, q, q)
+    assert [r["serving"] for r in attention_stats()["reports"]] == ["CUDNN_ATTENTION", "MATH"]
+
+
+def test_calls_the_pinned_kernel_serves_are_not_reported(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+    dispatcher(*FUSED)
+    install_attention("efficient")
+    q = torch.randn(1, 2, 8, 64)
+    F.scaled_dot_product_attention(q, q, q)
+    assert attention_stats()["reports"] == [] and _warnings(caplog) == []
+    assert attention_stats()["counts"]["(no node)"] == {"EFFICIENT_ATTENTION": 1}
+
+
+def test_auto_reports_nothing(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+    dispatcher("MATH")
+    install_attention("auto")
+    q = torch.randn(1, 2, 8, 64)
+    F.scaled_dot_product_attention(q, q, q)
+    assert attention_stats()["reports"] == [] and _warnings(caplog) == []
+
+
+def test_cpu_tensors_are_not_reported(dispatcher, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A GPU install (has_reported_device) running some attention on the CPU: the pin never applied there.
+    monkeypatch.setattr(install.devices, "has_reported_device", lambda: True)
+    install_attention("efficient")
+    q = torch.randn(1, 2, 8, 64)
+    F.scaled_dot_product_attention(q, q, q)
+    assert attention_stats()["reports"] == [] and _warnings(caplog) == []
+
+
+def test_unavailable_kernel_reason(stand_in_gpu, dispatcher, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    dispatcher("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+    monkeypatch.setattr(install, "unavailable_kernels", lambda probe: frozenset({"FLASH_ATTENTION"}))
+    install_attention("flash")
+    q = torch.randn(1, 2, 8, 64)
+    with attention_caller("sd_denoise"):
+        F.scaled_dot_product_attention(q, q, q)
+    (message,) = _warnings(caplog)
+    assert "this build or device has no flash kernel; it runs on CUDNN_ATTENTION." in message
+    assert attention_stats()["reports"][0]["reason"] == "unavailable"
+
+
+def test_exclusive_window_reason(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+    dispatcher(*FUSED)
+    install_attention("efficient")
+    q = torch.randn(1, 2, 8, 64)
+    # math, because the real CPU kernel behind the stand-in must be able to run the call alone.
+    with sdpa_window("math"), attention_caller("krea2_denoise"):
+        F.scaled_dot_product_attention(q, q, q)
+    (message,) = _warnings(caplog)
+    assert "an exclusive INVOKE_KREA2_SDPA_BACKEND=math window switched it off; it runs on MATH." in message
+
+
+def test_pytorchs_own_reason_follows_once_on_stderr(stand_in_gpu, dispatcher, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    def can_use(params, debug):  # type: ignore[no-untyped-def]
+        if debug:
+            warnings.warn("Memory efficient kernel does not support this head_dim", UserWarning, stacklevel=1)
+        return False
+
+    monkeypatch.setitem(report._CAN_USE, "EFFICIENT_ATTENTION", can_use)
+    dispatcher("CUDNN_ATTENTION")
+    install_attention("efficient")
+    q = torch.randn(1, 2, 8, 64)
+    with attention_caller("node"):
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q, q, q)
+    err = capsys.readouterr().err
+    assert err.count("Memory efficient kernel does not support this head_dim") == 1
+    assert "EFFICIENT_ATTENTION did not serve it" in err
+
+
+def test_a_pin_on_a_cpu_only_install_is_said_once_at_startup(caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO)
+    install_attention("cudnn")
+    lines = [r for r in caplog.records if "has no effect on cpu" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO
