@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from invokeai.app.api.app_factory import create_app
 
     serve(create_app(config), config.host, config.port)
+    logger.info("Stopped")
     return 0
 
 

@@ -28,8 +28,9 @@ def exit_quietly_on_signals() -> None:
 def serve(app: FastAPI, host: str, port: int) -> None:
     """Serve until SIGINT or SIGTERM, then return after uvicorn's graceful shutdown."""
     # uvicorn catches both signals, shuts down, puts back the handlers it found and raises the signal again so
-    # that their default action runs. The handlers it finds do nothing, so a shutdown by signal returns here
-    # (and the process exits 0) instead of dying by SIGTERM or printing a KeyboardInterrupt traceback.
+    # that their action runs. The handlers it finds do nothing, so after a shutdown by signal this function
+    # returns and the caller's code after it runs, instead of the process dying by SIGTERM, printing a
+    # KeyboardInterrupt traceback, or unwinding through asyncio by _exit_now's SystemExit.
     for sig in _SHUTDOWN_SIGNALS:
         signal.signal(sig, _do_nothing)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None)).run()

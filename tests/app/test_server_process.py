@@ -76,4 +76,34 @@ def test_serves_on_fresh_root_and_exits_0_on_signal(
     assert "Traceback" not in output
     lines = output.splitlines()
     assert any("uvicorn.error: Finished server process" in line for line in lines), output
+    assert lines[-1].endswith("invokeai.app.run_app: Stopped")  # run_app's code after uvicorn ran
     assert [line for line in lines if not LOG_LINE.match(line)] == []
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_during_startup_exits_0(
+    tmp_path: Path, invokeai_web: str, child_env: Callable[..., dict[str, str]], stop_signal: signal.Signals
+) -> None:
+    log = tmp_path / "server.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            [invokeai_web, "--root", str(tmp_path / "root"), "--port", "0"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+        )
+    try:
+        # The first log line comes before the attention kernels (and torch) load: seconds before uvicorn runs.
+        deadline = time.monotonic() + 60
+        while "invokeai.app.run_app: InvokeAI" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        process.send_signal(stop_signal)
+        returncode = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = log.read_text()
+    assert returncode == 0, output
+    assert "Traceback" not in output
+    assert "Uvicorn running" not in output  # the signal did arrive before the server ran
