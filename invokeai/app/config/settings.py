@@ -45,7 +45,7 @@ def setting(
 
     startup_only: read once at start; a change needs a restart (required, so each new setting decides).
     common: one a user is likely to edit; the first-run invokeai.yaml lists it (commented out).
-    allowed: the valid values in words, where the type alone does not say them (e.g. a pattern).
+    allowed: the valid values listed in words where a pattern checks them (e.g. "auto, cpu, cuda:N").
     """
     extra: dict[str, Any] = {"startup_only": startup_only, "common": common}
     if allowed is not None:
