@@ -131,7 +131,7 @@ class InvokeAIAppConfig(BaseSettings):
 
     # Where relative paths resolve and which file was read: not settings (the file cannot name its own
     # location), so load_config sets them.
-    _root: Path = PrivateAttr(default_factory=lambda: default_root())
+    _root: Path = PrivateAttr(default_factory=default_root)
     _config_file: Path | None = PrivateAttr(default=None)
 
     @property
