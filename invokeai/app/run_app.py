@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     # attention kernels must be installed before anything imports diffusers, transformers or model code.
     from invokeai.backend.attention import install_attention
 
-    install_attention(config.attention_backend)
+    # The startup probe asks the configured device what kernels it has; auto lets the package pick the accelerator.
+    install_attention(config.attention_backend, device=None if config.device == "auto" else config.device)
 
     from invokeai.app.api.app_factory import create_app
 

@@ -17,8 +17,8 @@ import invokeai.backend.attention as attention
 import invokeai.app.run_app as run_app
 
 calls = []
-attention.install_attention = lambda setting: calls.append(
-    ["install", setting, sorted(m for m in ("diffusers", "transformers") if m in sys.modules)]
+attention.install_attention = lambda setting, device=None: calls.append(
+    ["install", setting, device, sorted(m for m in ("diffusers", "transformers") if m in sys.modules)]
 )
 run_app.serve = lambda app, host, port: calls.append(["serve", type(app).__name__, host, port])
 code = run_app.main(["--root", sys.argv[1], "--port", "0"])
@@ -41,8 +41,8 @@ def test_attention_is_installed_first_with_the_configured_setting(
         capture_output=True,
         text=True,
         timeout=120,
-        env=child_env(INVOKEAI_ATTENTION_BACKEND="efficient"),
+        env=child_env(INVOKEAI_ATTENTION_BACKEND="efficient", INVOKEAI_DEVICE="cpu"),
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
-    assert report == {"code": 0, "calls": [["install", "efficient", []], ["serve", "FastAPI", "127.0.0.1", 0]]}
+    assert report == {"code": 0, "calls": [["install", "efficient", "cpu", []], ["serve", "FastAPI", "127.0.0.1", 0]]}
