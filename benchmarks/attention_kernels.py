@@ -1,8 +1,8 @@
 """Every SDPA kernel alone and every `attention_backend` setting's ranked list, timed on the same calls in one run.
 
 Per shape, each candidate is timed in interleaved rounds (every candidate once per round, so machine noise hits all
-alike) after one untimed warm-up round; the figure is the median over all timed calls, and every ratio printed is
-between figures of this run:
+alike) after one untimed warm-up round; the table gives the median and the minimum over all timed calls, and every ratio
+printed is between figures of this run:
 
 - kernel X: PyTorch's bare SDPA inside `sdpa_kernel([X])`, X alone ("n/a" when it cannot serve the call);
 - setting S: `install_attention(S)`, then `F.scaled_dot_product_attention` as a model calls it (the wrapper included),
@@ -15,8 +15,9 @@ process's peak RSS only grows; scripts/calibrate_sdpa_math_memory.py measures ma
 priced MiB = `sdpa_score_matrix_bytes` for the call under that kernel or setting, what the model cache reserves for a
 materialised score matrix; max|diff| = largest absolute difference from the math kernel's output.
 
-The last lines check the rule "auto must be the fastest available kernel on every shape": auto's median within 1.10x
-of the fastest single kernel's. `--strict` makes a FAIL the exit status.
+The last lines check the rule "auto must be the fastest available kernel on every shape": auto's fastest call within
+1.10x of the fastest single kernel's (minimum times, the estimate least disturbed by other processes on a shared
+machine; the medians show the spread). `--strict` makes a FAIL the exit status.
 
 Usage: PYTHONPATH=. python benchmarks/attention_kernels.py [--device cpu|cuda] [--quick] [--strict]
 """
@@ -57,7 +58,7 @@ KERNELS = (
 )
 SETTINGS = ("auto", "cudnn", "flash", "efficient", "math")
 RULE_TOLERANCE = 1.10
-ROUND_SECONDS = 0.03
+ROUND_SECONDS = 0.02
 MAX_CALLS_PER_ROUND = 40
 MiB = 2**20
 
@@ -111,6 +112,10 @@ class Result:
     @property
     def median_ms(self) -> float:
         return statistics.median(self.times) * 1000
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.times) * 1000
 
 
 def make_inputs(
@@ -252,7 +257,9 @@ def bench_shape(shape: Shape, device: torch.device, settings: tuple[str, ...], r
             (Result(f"setting {setting}"), lambda setting=setting: setting_installed(setting, device), True)
         )
     for round_index in range(rounds + 1):
-        for result, context, is_setting in candidates:
+        # Each round starts one candidate later, so that no candidate always runs right after the slow math one.
+        shift = round_index % len(candidates)
+        for result, context, is_setting in candidates[shift:] + candidates[:shift]:
             if not result.available:
                 continue
             # Reports and PyTorch's reasons repeat on every install: the first round's go into the table.
@@ -281,7 +288,7 @@ def print_shape(shape: Shape, results: list[Result], reference_name: str) -> Non
     print(shape.describe())
     reference = next((r for r in results if r.name == f"kernel {reference_name}" and r.available), None)
     print(
-        f"  {'candidate':26s} {'median ms':>10s} {'speedup':>8s} {'peak MiB':>9s} {'priced MiB':>10s} "
+        f"  {'candidate':26s} {'median ms':>10s} {'min ms':>9s} {'speedup':>8s} {'peak MiB':>9s} {'priced MiB':>10s} "
         f"{'max|diff|':>9s}  serving kernel (calls counted by the wrapper)"
     )
     for result in results:
@@ -293,7 +300,7 @@ def print_shape(shape: Shape, results: list[Result], reference_name: str) -> Non
         ran_on = ", ".join(f"{kernel} x{calls}" for kernel, calls in sorted(result.ran_on.items()))
         serving = f"{result.serving} ({ran_on})" if ran_on else result.serving
         print(
-            f"  {result.name:26s} {result.median_ms:10.3f} {speedup:>8s} {_mib(result.peak):>9s} "
+            f"  {result.name:26s} {result.median_ms:10.3f} {result.min_ms:9.3f} {speedup:>8s} {_mib(result.peak):>9s} "
             f"{_mib(result.priced):>10s} {diff:>9s}  {serving}"
         )
         for message in result.reports:
@@ -308,12 +315,14 @@ def check_rule(shape: Shape, results: list[Result], device: torch.device) -> boo
     if not kernels or not auto.available:
         print(f"rule on this {device.type}, {shape.label}: FAIL (auto or every single kernel could not run)")
         return False
-    fastest = min(kernels, key=lambda r: r.median_ms)
-    ratio = auto.median_ms / fastest.median_ms
+    # Minimum times: other processes only ever add time, so on a shared machine the fastest of many calls is the
+    # steadiest estimate of what a kernel costs (the medians above show the spread).
+    fastest = min(kernels, key=lambda r: r.min_ms)
+    ratio = auto.min_ms / fastest.min_ms
     passed = ratio <= RULE_TOLERANCE
     print(
-        f"rule on this {device.type}, {shape.label}: auto {auto.median_ms:.3f} ms vs fastest single kernel "
-        f"{fastest.name.removeprefix('kernel ')} {fastest.median_ms:.3f} ms = {ratio:.2f}x "
+        f"rule on this {device.type}, {shape.label}: auto min {auto.min_ms:.3f} ms vs fastest single kernel "
+        f"{fastest.name.removeprefix('kernel ')} min {fastest.min_ms:.3f} ms = {ratio:.2f}x "
         f"(<= {RULE_TOLERANCE:.2f}x) {'PASS' if passed else 'FAIL'}"
     )
     return passed
@@ -333,14 +342,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
-    parser.add_argument("--rounds", type=int, help="timed rounds (default 8, quick 3)")
+    parser.add_argument("--rounds", type=int, help="timed rounds (default 12, quick 4)")
     parser.add_argument(
-        "--calls", type=int, help="least timed calls per candidate per round (default 3, quick 2; more for short calls)"
+        "--calls", type=int, help="least timed calls per candidate per round (default 2; more for short calls)"
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the auto rule fails on a shape")
     args = parser.parse_args()
-    rounds = args.rounds or (3 if args.quick else 8)
-    calls = args.calls or (2 if args.quick else 3)
+    # Many short rounds rather than few long ones: a burst of another process's work then lands on every candidate.
+    rounds = args.rounds or (4 if args.quick else 12)
+    calls = args.calls or 2
     device = torch.device(args.device)
     shapes = CUDA_SHAPES if device.type == "cuda" else CPU_SHAPES
     settings = SETTINGS + (("sage",) if importlib.util.find_spec("sageattention") is not None else ())
