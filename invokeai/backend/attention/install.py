@@ -85,17 +85,18 @@ def _startup_messages(device: torch.device) -> None:
     if pinned is SDPBackend.MATH:
         logger.warning(
             "attention_backend 'math' materialises the whole score matrix for every call: slow, and much more "
-            "memory. It is meant for debugging. The model cache reserves that memory (priced through the "
-            "dispatcher), so big images may need more free memory than with the other settings."
+            "memory. It is meant for debugging. Only working-memory estimates that price attention through "
+            "sdpa_score_matrix_bytes reserve that memory; anything else may run out of memory."
         )
 
 
 def install_attention(setting: str, device: torch.device | str | None = None) -> None:
     """Rank PyTorch's SDPA kernels for `setting` and rebind SDPA, once per process (idempotent)."""
     check_setting(setting)
+    target = torch.device(device) if device is not None else _default_device()
     with STATE.lock:
         if STATE.installed:
-            if STATE.setting == setting:
+            if STATE.setting == setting and STATE.device == target:
                 return
             uninstall_attention()
         stats.reset()
@@ -108,7 +109,7 @@ def install_attention(setting: str, device: torch.device | str | None = None) ->
         STATE.window = None
         STATE.rocm_max_head_dim = max_fused_head_dim() if devices.is_rocm() else None
         STATE.serialize = bool(os.environ.get(WINDOW_ENV, "").strip())
-        target = torch.device(device) if device is not None else _default_device()
+        STATE.device = target
         STATE.probe = probe_kernels(target)
         STATE.unavailable = unavailable_kernels(STATE.probe)
         STATE.sage = load_sage() if setting == "sage" else None
@@ -126,6 +127,9 @@ def uninstall_attention() -> None:
         F.scaled_dot_product_attention = STATE.original_sdpa
         apply_flags(STATE.previous_flags)
         STATE.setting = None
+        STATE.device = None
+        STATE.probe = None
+        STATE.unavailable = frozenset()
         STATE.pinned = None
         STATE.wrapper = None
         STATE.router = None

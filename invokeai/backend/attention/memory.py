@@ -10,7 +10,7 @@ import torch
 
 from invokeai.backend.attention.rocm_guard import MATH_CHUNK_BYTES
 from invokeai.backend.attention.routing import GUARDED_MATH, SAGE, make_router
-from invokeai.backend.attention.score_matrix import score_matrix_bytes
+from invokeai.backend.attention.score_matrix import causal_mask_bytes, score_matrix_bytes
 from invokeai.backend.attention.state import STATE
 
 _PROBE_LEN = 64
@@ -37,12 +37,15 @@ def sdpa_score_matrix_bytes(
     is_causal: bool = False,
 ) -> int:
     """Bytes of score matrix one call materialises: 0 on a fused kernel, else heads x query_len x key_len x bytes
-    per element (capped per chunk where the ROCm guard chunks). Pass batch x heads as `num_heads`.
+    per element, plus the causal mask for causal calls (capped per chunk where the ROCm guard chunks). Pass
+    batch x heads as `num_heads`.
 
     MPS, and any failure of the probe, count as materialising: the conservative answer.
     """
     device = torch.device(device)
     full = score_matrix_bytes(num_heads, query_len, key_len, device, dtype)
+    if is_causal and not has_attn_mask:
+        full += causal_mask_bytes(query_len, key_len, dtype)
     if device.type == "mps":
         return full
     sage = STATE.sage

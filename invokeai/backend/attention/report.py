@@ -83,7 +83,8 @@ def _pytorch_reason(pinned: str, q, k, v, m, d, c, g) -> None:  # type: ignore[n
 
 
 def report_layer(inner: Callable[..., Any], state: AttentionState, pinned: SDPBackend) -> Callable[..., Any]:
-    seen: set[tuple[str, Any, str]] = set()
+    # Kept in stats, not here: a rebind (demotion, first window) builds a new layer but must not report again.
+    seen = stats.reported_keys
     # (node type, route, state version) already handled: the steady state costs one set lookup.
     handled: set[tuple[str, Any, int]] = set()
     lock = threading.Lock()

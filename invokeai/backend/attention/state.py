@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention.kernels import AUTO_ORDER
@@ -27,6 +28,7 @@ class Window:
 @dataclass
 class AttentionState:
     setting: str | None = None
+    device: torch.device | None = None
     pinned: SDPBackend | None = None
     order: tuple[SDPBackend, ...] = AUTO_ORDER
     cudnn_demoted: bool = False

@@ -17,6 +17,8 @@ _thread_counts: list[dict[tuple[str, Route], int]] = []
 _registry_lock = threading.Lock()
 
 reports: list[dict[str, str]] = []
+# (node type, serving route, reason) already reported in this installation.
+reported_keys: set[tuple[str, Route, str]] = set()
 events: list[dict[str, str]] = []
 
 
@@ -60,4 +62,5 @@ def reset() -> None:
         for counts in _thread_counts:
             counts.clear()
     reports.clear()
+    reported_keys.clear()
     events.clear()

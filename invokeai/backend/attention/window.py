@@ -5,7 +5,9 @@ one for the window, so a call it cannot serve raises "No available kernel" and a
 served it. `priority-cudnn` ranks cuDNN first, then the installed order. Read once per generation.
 
 PyTorch's kernel flags are process-global, so a window holds the attention lock for its whole duration and every
-attention call of every other thread waits for it: while a window is open, attention is serialised across threads.
+attention call of every other thread waits for it. From the first window on (or from startup, when the variable is
+set then), every attention call takes that lock, so attention calls of different threads run one at a time for the
+rest of the process: a benchmarking mode, not for production.
 """
 
 from __future__ import annotations

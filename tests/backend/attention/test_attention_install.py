@@ -184,7 +184,7 @@ def test_serving_kernel_on_cpu_is_pytorchs_cpu_choice() -> None:
 
 
 def test_stats_report_setting_and_installed_order() -> None:
-    install_attention("cudnn")
+    install_attention("cudnn", device="cpu")
     stats = attention_stats()
     assert stats["setting"] == "cudnn"
     assert stats["order"] == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]

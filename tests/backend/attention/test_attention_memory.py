@@ -87,3 +87,10 @@ def test_the_rocm_guard_caps_the_price_per_chunk(dispatcher, monkeypatch) -> Non
         == install.MATH_CHUNK_BYTES
     )
     assert sdpa_score_matrix_bytes(device="cpu", **CALL) == FULL
+
+
+def test_a_causal_math_call_also_prices_its_mask(dispatcher) -> None:  # type: ignore[no-untyped-def]
+    dispatcher("MATH")
+    install_attention("auto")
+    causal = sdpa_score_matrix_bytes(device="cpu", is_causal=True, **CALL)
+    assert causal == FULL + 1024 * 1024 * (torch.bfloat16.itemsize + 2)

@@ -140,8 +140,21 @@ def test_pytorchs_own_reason_follows_once_on_stderr(stand_in_gpu, dispatcher, mo
     assert "EFFICIENT_ATTENTION did not serve it" in err
 
 
-def test_a_pin_on_a_cpu_only_install_is_said_once_at_startup(caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_pin_on_a_cpu_only_install_is_said_once_at_startup(caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(install.devices, "has_reported_device", lambda: False)  # also on a GPU machine
     caplog.set_level(logging.INFO)
     install_attention("cudnn")
     lines = [r for r in caplog.records if "has no effect on cpu" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
+
+
+def test_a_rebind_does_not_report_again(stand_in_gpu, dispatcher) -> None:  # type: ignore[no-untyped-def]
+    dispatcher("FLASH_ATTENTION", "MATH")
+    install_attention("efficient")
+    q = torch.randn(1, 2, 8, 64)
+    with attention_caller("node_a"):
+        F.scaled_dot_product_attention(q, q, q)
+        with sdpa_window("priority-cudnn"):  # the first window rebinds SDPA with the serialising lock
+            pass
+        F.scaled_dot_product_attention(q, q, q)
+    assert len(attention_stats()["reports"]) == 1
