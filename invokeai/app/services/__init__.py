@@ -1,0 +1,1 @@
+"""The server's stateful services: the SQLite database, images, and (elsewhere) the session queue."""

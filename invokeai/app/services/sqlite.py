@@ -1,0 +1,97 @@
+"""One SQLite connection for the whole server, serialized by a lock, with its schema kept current by migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from invokeai.app.services.migrations import MIGRATIONS, Migration, run_migrations
+
+
+class SqliteDatabase:
+    """The embedded database: a file under the root, or memory when `path` is None (use_memory_db).
+
+    A single connection shared by every thread keeps in-memory databases possible and write ordering simple;
+    the reentrant lock serializes all use of it, so callers may nest `transaction()` inside their own locking.
+    """
+
+    def __init__(self, path: Path | None, migrations: Sequence[Migration] | None = None) -> None:
+        self.path = path
+        self.lock = threading.RLock()
+        self._savepoints = 0
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: the sqlite3 module opens no implicit transactions; `transaction()` says when.
+        self._conn = sqlite3.connect(
+            ":memory:" if path is None else str(path), check_same_thread=False, isolation_level=None, timeout=30
+        )
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        if path is not None:
+            # WAL lets a reader (another process inspecting the file) proceed while the server writes.
+            self._conn.execute("PRAGMA journal_mode = WAL")
+        try:
+            run_migrations(self, MIGRATIONS if migrations is None else migrations)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        """BEGIN IMMEDIATE ... COMMIT under the lock; any exception rolls everything back and propagates.
+
+        Nested calls (same thread) become savepoints, so a service may call another's transactional method
+        from inside its own transaction and an error in the inner one undoes only the inner work.
+        """
+        with self.lock:
+            cursor = self._conn.cursor()
+            try:
+                if self._conn.in_transaction:
+                    self._savepoints += 1
+                    name = f"sp{self._savepoints}"
+                    cursor.execute(f"SAVEPOINT {name}")
+                    try:
+                        yield cursor
+                    except BaseException:
+                        cursor.execute(f"ROLLBACK TO {name}")
+                        cursor.execute(f"RELEASE {name}")
+                        raise
+                    else:
+                        cursor.execute(f"RELEASE {name}")
+                    finally:
+                        self._savepoints -= 1
+                    return
+                # IMMEDIATE takes the write lock up front, so a transaction never fails half way for want of it.
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    yield cursor
+                except BaseException:
+                    self._conn.rollback()
+                    raise
+                else:
+                    self._conn.commit()
+            finally:
+                cursor.close()
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        """Run one statement (committed at once) and return its rows."""
+        with self.lock:
+            cursor = self._conn.execute(sql, params)
+            try:
+                return cursor.fetchall()
+            finally:
+                cursor.close()
+
+    @property
+    def schema_version(self) -> int:
+        """The highest migration applied; 0 for a database no migration has touched."""
+        rows = self.execute("SELECT COALESCE(MAX(version), 0) AS version FROM migrations")
+        return int(rows[0]["version"])
+
+    def close(self) -> None:
+        with self.lock:
+            self._conn.close()
