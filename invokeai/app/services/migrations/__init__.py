@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from invokeai.app.services.migrations.base import Migration, MigrationError, run_migrations
 from invokeai.app.services.migrations.m001_images import migration as m001_images
+from invokeai.app.services.migrations.m002_session_queue import migration as m002_session_queue
 
 MIGRATIONS: list[Migration] = [
     m001_images,
+    m002_session_queue,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]
