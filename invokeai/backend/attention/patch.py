@@ -80,40 +80,30 @@ def public_function(
     router: Callable[..., Any], chain: Layer, original: Callable[..., torch.Tensor], lock: threading.RLock | None
 ) -> Callable[..., torch.Tensor]:
     """A function with SDPA's exact signature (scale and enable_gqa are keyword-only, as in PyTorch)."""
-    if lock is None:
 
-        def scaled_dot_product_attention(
-            query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
-        ):  # type: ignore[no-untyped-def]
-            return chain(
-                router(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
-                query,
-                key,
-                value,
-                attn_mask,
-                dropout_p,
-                is_causal,
-                scale,
-                enable_gqa,
-            )
+    def scaled_dot_product_attention(
+        query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
+    ):  # type: ignore[no-untyped-def]
+        return chain(
+            router(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
+            query,
+            key,
+            value,
+            attn_mask,
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+        )
 
-    else:
+    if lock is not None:
+        unlocked = scaled_dot_product_attention
 
         def scaled_dot_product_attention(
             query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
         ):  # type: ignore[no-untyped-def]
             with lock:
-                return chain(
-                    router(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
-                    query,
-                    key,
-                    value,
-                    attn_mask,
-                    dropout_p,
-                    is_causal,
-                    scale,
-                    enable_gqa,
-                )
+                return unlocked(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
     scaled_dot_product_attention.__doc__ = original.__doc__
     # Python names the qualified name in argument errors; keep them reading like PyTorch's.
