@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention import devices, stats
+from invokeai.backend.attention.caller import current_node_type
 from invokeai.backend.attention.cudnn_fallback import cudnn_fallback_layer, log_demotion
 from invokeai.backend.attention.kernels import KERNEL_PHRASES, check_setting, kernel_order, pinned_kernel
 from invokeai.backend.attention.patch import public_function, rocm_math_layer, sage_layer, sdpa_layer
@@ -39,7 +41,7 @@ def rebind(state: AttentionState = STATE) -> None:
     assert state.original_sdpa is not None
     chain = sdpa_layer(state.original_sdpa)
     if state.sage is not None:
-        chain = sage_layer(chain, state.sage)
+        chain = sage_layer(chain, state.sage, give_up_sage)
     if devices.has_cuda() and not state.cudnn_demoted and SDPBackend.CUDNN_ATTENTION in state.order:
         chain = cudnn_fallback_layer(chain, state, demote_cudnn)
     if state.rocm_max_head_dim is not None:
@@ -60,6 +62,23 @@ def demote_cudnn(error: RuntimeError) -> None:
         STATE.apply()
         log_demotion(error)
         rebind()
+
+
+def give_up_sage(error: Exception) -> Callable[..., torch.Tensor]:
+    """Sage failed at run time: auto's order serves every call from now on."""
+    with STATE.lock:
+        if STATE.sage is not None:
+            logger.warning(
+                "SageAttention failed in %s: %s. It is switched off for the rest of this process; attention "
+                "runs on auto's order.",
+                current_node_type(),
+                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+            )
+            stats.events.append({"event": "sage_disabled", "node_type": current_node_type(), "error": str(error)})
+            STATE.sage = None
+            rebind()
+        assert STATE.wrapper is not None
+        return STATE.wrapper
 
 
 def _startup_messages(device: torch.device) -> None:

@@ -14,9 +14,10 @@ import torch
 
 from invokeai.backend.attention import stats
 from invokeai.backend.attention.caller import current_node_type
+from invokeai.backend.attention.cudnn_fallback import is_out_of_memory
 from invokeai.backend.attention.rocm_guard import chunked_math
 from invokeai.backend.attention.routing import GUARDED_MATH, SAGE
-from invokeai.backend.attention.score_matrix import bytes_per_score_element
+from invokeai.backend.attention.score_matrix import score_matrix_bytes
 
 Layer = Callable[..., Any]
 
@@ -45,12 +46,19 @@ def sdpa_layer(original: Callable[..., torch.Tensor]) -> Layer:
     return sdpa
 
 
-def sage_layer(inner: Layer, sage: Any) -> Layer:
+def sage_layer(inner: Layer, sage: Any, give_up: Callable[[Exception], Callable[..., torch.Tensor]]) -> Layer:
+    """Calls routed to Sage run there; if Sage fails at run time (a Triton build error, an unsupported GPU),
+    `give_up` turns it off for the process and returns the rebuilt SDPA, which runs the call on auto's order."""
     count = stats.count
 
     def sage_call(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
         if route is SAGE:
-            out = sage(q, k, v, c, s)
+            try:
+                out = sage(q, k, v, c, s)
+            except Exception as error:
+                if is_out_of_memory(error):
+                    raise
+                return give_up(error)(q, k, v, m, d, c, scale=s, enable_gqa=g)
             count(SAGE)
             return out
         return inner(route, q, k, v, m, d, c, s, g)
@@ -66,7 +74,7 @@ def rocm_math_layer(inner: Layer, budget: int) -> Layer:
         if route is GUARDED_MATH or (
             route == "MATH"
             and q.dim() == 4
-            and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[-2] * bytes_per_score_element(q.device, q.dtype) > budget
+            and score_matrix_bytes(q.shape[0] * q.shape[1], q.shape[2], k.shape[-2], q.device, q.dtype) > budget
         ):
             out = chunked_math(q, k, v, m, d, c, s, g, budget)
             count(route)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import types
@@ -133,3 +134,31 @@ def test_sage_without_the_expected_parameters_is_refused(stand_in_gpu, monkeypat
     install_attention("sage")
     assert attention_stats()["sage"] is None
     assert any("no parameter" in r.getMessage() for r in caplog.records)
+
+
+def test_a_sage_failure_at_run_time_switches_it_off_and_the_call_completes(stand_in_gpu, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    calls: list[dict] = []
+    module = _fake_sage_module("1.0.6", calls)
+    real = module.sageattn
+
+    @functools.wraps(real)  # keeps sageattn's signature, which the loader checks
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        real(*args, **kwargs)
+        raise RuntimeError("triton compilation failed")
+
+    module.sageattn = broken  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sageattention", module)
+    install_attention("sage")
+    q, k, v = _long_call()
+    with attention_caller("krea2_denoise"):
+        out = F.scaled_dot_product_attention(q, k, v)
+        F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+    assert len(calls) == 1, "sage must not be tried again after it failed"
+    stats = attention_stats()
+    assert stats["sage"] is None
+    assert stats["counts"]["krea2_denoise"] == {"FLASH_ATTENTION": 2}
+    assert [e["event"] for e in stats["events"]] == ["sage_disabled"]
+    assert any(
+        "SageAttention failed in krea2_denoise: triton compilation failed" in r.getMessage() for r in caplog.records
+    )
