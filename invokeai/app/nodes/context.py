@@ -1,0 +1,71 @@
+"""What a running node may use: the images service, progress reports and the cancel flag of its queue item."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from PIL import Image
+
+from invokeai.app.nodes.fields import ImageField
+
+if TYPE_CHECKING:
+    from invokeai.app.services.images import ImageService
+
+
+class CanceledError(Exception):
+    """The queue item was canceled; raised inside a node at its next check so that it stops early."""
+
+
+class InvocationContext:
+    """Built by the session processor for each node it runs."""
+
+    def __init__(
+        self,
+        *,
+        queue_id: str,
+        item_id: int,
+        session_id: str,
+        node_id: str,
+        node_type: str,
+        graph: dict[str, Any],
+        images: ImageService,
+        on_progress: Callable[[int, int, Image.Image | None], None],
+        is_canceled: Callable[[], bool],
+    ) -> None:
+        self.queue_id = queue_id
+        self.item_id = item_id
+        self.session_id = session_id
+        self.node_id = node_id
+        self.node_type = node_type
+        self.graph = graph
+        self.images = images
+        self._on_progress = on_progress
+        self._is_canceled = is_canceled
+
+    def check_canceled(self) -> None:
+        if self._is_canceled():
+            raise CanceledError(f"canceled while running node {self.node_id!r} ({self.node_type})")
+
+    def progress(self, step: int, total: int, preview: Image.Image | None = None) -> None:
+        """Report a step; a canceled item stops here rather than after the remaining steps."""
+        self.check_canceled()
+        self._on_progress(step, total, preview)
+
+    def save_image(self, image: Image.Image) -> ImageField:
+        """Store a generated image with the graph and node that made it embedded in the PNG."""
+        metadata = {
+            "graph": self.graph,
+            "node_id": self.node_id,
+            "node_type": self.node_type,
+            "session_id": self.session_id,
+            "queue_id": self.queue_id,
+            "item_id": self.item_id,
+        }
+        record = self.images.save(
+            image, origin="generated", session_id=self.session_id, node_id=self.node_id, metadata=metadata
+        )
+        return ImageField(image_name=record.image_name)
+
+    def load_image(self, field: ImageField) -> Image.Image:
+        return self.images.get_pil(field.image_name)

@@ -1,0 +1,266 @@
+"""Images: PNG files under outputs_dir, each with a record in SQLite; the only way in and out for image data."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Literal
+
+from PIL import Image, ImageOps, PngImagePlugin
+from pydantic import BaseModel, Field
+
+from invokeai.app.services.sqlite import SqliteDatabase
+
+# Names are generated here (uuid4 hex); anything else cannot name a stored image, which is what keeps paths
+# built from client input inside outputs_dir.
+IMAGE_NAME_PATTERN = re.compile(r"^[0-9a-f]{32}\.png$")
+METADATA_KEY = "invokeai_metadata"
+THUMBNAIL_SIZE = 256
+THUMBNAILS_DIR = "thumbnails"
+# An upload's decoded size is bounded as well as its byte count: a small compressed file can expand enormously.
+DEFAULT_MAX_UPLOAD_PIXELS = 8192 * 8192
+
+Origin = Literal["generated", "uploaded"]
+
+
+class ImageRecord(BaseModel):
+    image_name: str = Field(description="The server-generated name of the image")
+    width: int = Field(description="Width in pixels")
+    height: int = Field(description="Height in pixels")
+    created_at: str = Field(description="When the image was stored (ISO 8601, UTC)")
+    origin: Origin = Field(description="Made by a node, or uploaded by a client")
+    session_id: str | None = Field(default=None, description="The session whose graph made the image")
+    node_id: str | None = Field(default=None, description="The node that made the image")
+
+
+class ImageNotFoundError(KeyError):
+    def __init__(self, name: object) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"image {self.name!r} not found"
+
+
+class UnsupportedImageError(ValueError):
+    pass
+
+
+class ImageTooLargeError(ValueError):
+    pass
+
+
+def _now() -> str:
+    # Fixed precision keeps the strings in time order when sorted as text.
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _png_ready(image: Image.Image) -> Image.Image:
+    """The image in a mode PNG stores faithfully (keeping transparency where there is any)."""
+    if image.mode in ("RGB", "RGBA", "L", "LA", "I;16", "1"):
+        return image
+    if image.mode == "P":
+        return image.convert("RGBA" if "transparency" in image.info else "RGB")
+    has_alpha = "A" in image.getbands()
+    return image.convert("RGBA" if has_alpha else "RGB")
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """Write through a temporary file in the same folder, so that readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _row_to_record(row: sqlite3.Row) -> ImageRecord:
+    return ImageRecord(
+        image_name=row["image_name"],
+        width=row["width"],
+        height=row["height"],
+        created_at=row["created_at"],
+        origin=row["origin"],
+        session_id=row["session_id"],
+        node_id=row["node_id"],
+    )
+
+
+_RECORD_COLUMNS = "image_name, width, height, created_at, origin, session_id, node_id"
+
+
+class ImageService:
+    def __init__(
+        self,
+        db: SqliteDatabase,
+        outputs_dir: Path,
+        max_upload_bytes: int,
+        max_upload_pixels: int = DEFAULT_MAX_UPLOAD_PIXELS,
+    ) -> None:
+        self._db = db
+        self.outputs_dir = outputs_dir.resolve()
+        self.max_upload_bytes = max_upload_bytes
+        self.max_upload_pixels = max_upload_pixels
+        self._thumbnails_dir = self.outputs_dir / THUMBNAILS_DIR
+        self._thumbnails_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- storing --------------------------------------------------------------------------------------------
+
+    def save(
+        self,
+        image: Image.Image,
+        *,
+        origin: Origin = "generated",
+        session_id: str | None = None,
+        node_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ImageRecord:
+        """Store `image` as a new PNG with `metadata` (JSON) in its text chunk, and record it."""
+        if origin not in ("generated", "uploaded"):
+            raise ValueError(f"origin must be 'generated' or 'uploaded', not {origin!r}")
+        image = _png_ready(image)
+        name = f"{uuid.uuid4().hex}.png"
+        metadata_json = json.dumps(metadata, default=str) if metadata is not None else None
+        pnginfo = PngImagePlugin.PngInfo()
+        if metadata_json is not None:
+            pnginfo.add_text(METADATA_KEY, metadata_json)
+        path = self.outputs_dir / name
+        _atomic_write(path, lambda handle: image.save(handle, format="PNG", pnginfo=pnginfo))
+        record = ImageRecord(
+            image_name=name,
+            width=image.width,
+            height=image.height,
+            created_at=_now(),
+            origin=origin,
+            session_id=session_id,
+            node_id=node_id,
+        )
+        try:
+            with self._db.transaction() as cursor:
+                cursor.execute(
+                    f"INSERT INTO images ({_RECORD_COLUMNS}, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        record.image_name,
+                        record.width,
+                        record.height,
+                        record.created_at,
+                        record.origin,
+                        record.session_id,
+                        record.node_id,
+                        metadata_json,
+                    ),
+                )
+        except BaseException:
+            # A file without a record could never be served or deleted; don't leave one.
+            path.unlink(missing_ok=True)
+            raise
+        return record
+
+    def upload(self, data: bytes, filename: str | None) -> ImageRecord:
+        """Store a client's image, re-encoded as PNG. Nothing is stored unless it decodes completely."""
+        if len(data) > self.max_upload_bytes:
+            raise ImageTooLargeError(f"the upload is {len(data)} bytes; the limit is {self.max_upload_bytes}")
+        image = self._decode(data)
+        metadata = {"uploaded_filename": filename[:255]} if filename else None
+        return self.save(image, origin="uploaded", metadata=metadata)
+
+    def _decode(self, data: bytes) -> Image.Image:
+        try:
+            # verify() reads the whole file to check its structure but leaves the image unusable; open it again.
+            with Image.open(BytesIO(data)) as probe:
+                probe.verify()
+            image = Image.open(BytesIO(data))
+            # The header's size is known before any pixel is decoded; refuse bombs before they expand.
+            if image.width * image.height > self.max_upload_pixels:
+                raise ImageTooLargeError(
+                    f"the image is {image.width}x{image.height} pixels; the limit is {self.max_upload_pixels} pixels"
+                )
+            image.load()
+            return ImageOps.exif_transpose(image)
+        except ImageTooLargeError:
+            raise
+        except Image.DecompressionBombError as error:
+            raise ImageTooLargeError(str(error)) from error
+        except Exception as error:
+            # Pillow reports broken data as many different exception types (OSError, SyntaxError, ValueError...).
+            raise UnsupportedImageError(f"not a readable image: {error}") from error
+
+    # -- reading --------------------------------------------------------------------------------------------
+
+    def get_record(self, name: str) -> ImageRecord:
+        if not isinstance(name, str) or not IMAGE_NAME_PATTERN.match(name):
+            raise ImageNotFoundError(name)
+        rows = self._db.execute(f"SELECT {_RECORD_COLUMNS} FROM images WHERE image_name = ?", (name,))
+        if not rows:
+            raise ImageNotFoundError(name)
+        return _row_to_record(rows[0])
+
+    def get_metadata(self, name: str) -> dict[str, Any] | None:
+        """The metadata stored with the image (the same JSON as in the PNG), or None."""
+        self.get_record(name)
+        rows = self._db.execute("SELECT metadata FROM images WHERE image_name = ?", (name,))
+        raw = rows[0]["metadata"] if rows else None
+        return json.loads(raw) if raw is not None else None
+
+    def list(self, offset: int = 0, limit: int = 50) -> tuple[list[ImageRecord], int]:
+        """One page of records, newest first, and the total number of images."""
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must not be negative")
+        with self._db.lock:
+            total = int(self._db.execute("SELECT COUNT(*) AS n FROM images")[0]["n"])
+            rows = self._db.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM images ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+                (limit, offset),
+            )
+        return [_row_to_record(row) for row in rows], total
+
+    def _inside_outputs(self, path: Path, name: str) -> Path:
+        # The name pattern already rules out separators and dots; this holds even if that check were wrong.
+        resolved = path.resolve()
+        if not resolved.is_relative_to(self.outputs_dir):
+            raise ImageNotFoundError(name)
+        return resolved
+
+    def full_path(self, name: str) -> Path:
+        record = self.get_record(name)
+        path = self._inside_outputs(self.outputs_dir / record.image_name, name)
+        if not path.is_file():
+            raise ImageNotFoundError(name)
+        return path
+
+    def thumbnail_path(self, name: str) -> Path:
+        """A WEBP at most THUMBNAIL_SIZE px on its long side, made on first request."""
+        full = self.full_path(name)
+        thumb = self._inside_outputs(self._thumbnails_dir / f"{Path(name).stem}.webp", name)
+        if not thumb.is_file():
+            with Image.open(full) as image:
+                image.thumbnail((THUMBNAIL_SIZE, THUMBNAIL_SIZE))
+                small = image if image.mode in ("RGB", "RGBA") else image.convert("RGBA")
+                _atomic_write(thumb, lambda handle: small.save(handle, format="WEBP", quality=80))
+        return thumb
+
+    def get_pil(self, name: str) -> Image.Image:
+        with Image.open(self.full_path(name)) as image:
+            image.load()
+            return image.copy()
+
+    # -- deleting -------------------------------------------------------------------------------------------
+
+    def delete(self, name: str) -> None:
+        """Remove the record, the image and its thumbnail."""
+        record = self.get_record(name)
+        with self._db.transaction() as cursor:
+            cursor.execute("DELETE FROM images WHERE image_name = ?", (record.image_name,))
+        (self.outputs_dir / record.image_name).unlink(missing_ok=True)
+        (self._thumbnails_dir / f"{Path(record.image_name).stem}.webp").unlink(missing_ok=True)
