@@ -119,8 +119,12 @@ class BaseInvocation(BaseModel, ABC):
     def output_class(cls) -> type[BaseInvocationOutput]:
         """The class `invoke` returns, from its return annotation (read on first use: it may be defined later)."""
         if cls._output_class is None:
-            hints = typing.get_type_hints(cls.invoke)
-            output = hints.get("return")
+            try:
+                output = typing.get_type_hints(cls.invoke).get("return")
+            except NameError as error:
+                raise NodeRegistrationError(
+                    f"{_qualified(cls)}.invoke: its return annotation must name a module-level class ({error})"
+                ) from error
             if not (isinstance(output, type) and issubclass(output, BaseInvocationOutput)):
                 raise NodeRegistrationError(
                     f"{_qualified(cls)}.invoke must be annotated to return a BaseInvocationOutput subclass"

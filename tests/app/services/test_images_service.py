@@ -1,0 +1,246 @@
+"""ImageService with real files and a real SQLite database: storing, metadata, listing, names, thumbnails,
+uploads refused whole, deleting."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import zlib
+from collections.abc import Iterator
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from invokeai.app.services.images import (
+    METADATA_KEY,
+    ImageNotFoundError,
+    ImageService,
+    ImageTooLargeError,
+    UnsupportedImageError,
+)
+from invokeai.app.services.sqlite import SqliteDatabase
+
+MAX_UPLOAD = 200_000
+
+
+@pytest.fixture
+def db() -> Iterator[SqliteDatabase]:
+    database = SqliteDatabase(None)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def outputs(tmp_path: Path) -> Path:
+    return tmp_path / "outputs"
+
+
+@pytest.fixture
+def images(db: SqliteDatabase, outputs: Path) -> ImageService:
+    return ImageService(db, outputs, max_upload_bytes=MAX_UPLOAD)
+
+
+def _stored_files(outputs: Path) -> list[Path]:
+    return sorted(path for path in outputs.rglob("*") if path.is_file())
+
+
+def _noise(width: int, height: int) -> Image.Image:
+    """Pixels that do not compress, so that the encoded size follows the pixel count."""
+    return Image.frombytes("RGB", (width, height), random.Random(0).randbytes(width * height * 3))
+
+
+def _encoded(image: Image.Image, format: str = "PNG") -> bytes:
+    buffer = BytesIO()
+    image.save(buffer, format=format)
+    return buffer.getvalue()
+
+
+def test_save_writes_a_png_with_metadata_and_a_record(images: ImageService, outputs: Path) -> None:
+    metadata = {"graph": {"id": "g", "nodes": {}}, "node_id": "n1", "node_type": "blank_image", "session_id": "s"}
+    record = images.save(Image.new("RGB", (30, 20), "blue"), session_id="s", node_id="n1", metadata=metadata)
+    assert record.image_name.endswith(".png") and len(record.image_name) == 36
+    assert (record.width, record.height, record.origin) == (30, 20, "generated")
+    assert (record.session_id, record.node_id) == ("s", "n1")
+    path = images.full_path(record.image_name)
+    assert path == (outputs / record.image_name).resolve()
+    with Image.open(path) as png:
+        assert png.format == "PNG"
+        assert png.size == (30, 20)
+        assert json.loads(png.text[METADATA_KEY]) == metadata
+    assert images.get_record(record.image_name) == record
+    assert images.get_metadata(record.image_name) == metadata
+
+
+def test_save_stores_modes_png_cannot_hold(images: ImageService) -> None:
+    record = images.save(Image.new("CMYK", (4, 4), (0, 255, 0, 0)))
+    image = images.get_pil(record.image_name)
+    assert image.mode == "RGB"
+    assert image.getpixel((0, 0)) == (255, 0, 255)
+
+
+def test_names_are_unique(images: ImageService) -> None:
+    names = {images.save(Image.new("L", (2, 2))).image_name for _ in range(20)}
+    assert len(names) == 20
+
+
+def test_list_is_newest_first_with_pagination_and_total(images: ImageService) -> None:
+    names = [images.save(Image.new("RGB", (i + 1, 1))).image_name for i in range(7)]
+    page, total = images.list(offset=0, limit=3)
+    assert total == 7
+    assert [record.image_name for record in page] == names[::-1][:3]
+    page, total = images.list(offset=5, limit=3)
+    assert [record.image_name for record in page] == names[::-1][5:]
+    assert total == 7
+    assert images.list(offset=10, limit=3) == ([], 7)
+    assert images.list(limit=0) == ([], 7)
+    with pytest.raises(ValueError):
+        images.list(offset=-1)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../invokeai.yaml",
+        "..%2f..%2fetc%2fpasswd",
+        "%2e%2e",
+        "%2e%2e%2finvokeai.yaml",
+        "..\\invokeai.yaml",
+        "/etc/passwd",
+        "thumbnails",
+        "",
+        "0" * 32 + ".PNG",
+        "0" * 32 + ".png/",
+        "0" * 32 + ".png\n",
+        "0" * 31 + ".png",
+        "../" + "0" * 32 + ".png",
+    ],
+)
+def test_names_that_are_not_generated_names_are_not_found(images: ImageService, outputs: Path, name: str) -> None:
+    (outputs.parent / "invokeai.yaml").write_text("secret: 1")
+    with pytest.raises(ImageNotFoundError):
+        images.get_record(name)
+    with pytest.raises(ImageNotFoundError):
+        images.full_path(name)
+    with pytest.raises(ImageNotFoundError):
+        images.thumbnail_path(name)
+    with pytest.raises(ImageNotFoundError):
+        images.delete(name)
+
+
+def test_a_well_formed_name_without_a_record_is_not_found(images: ImageService, outputs: Path) -> None:
+    # Even a file that exists under outputs_dir is not served unless it has a record.
+    name = "ab" * 16 + ".png"
+    Image.new("RGB", (2, 2)).save(outputs / name)
+    with pytest.raises(ImageNotFoundError):
+        images.get_record(name)
+    with pytest.raises(ImageNotFoundError):
+        images.full_path(name)
+    with pytest.raises(ImageNotFoundError):
+        images.get_pil(name)
+
+
+def test_a_record_whose_file_is_gone_is_not_found(images: ImageService) -> None:
+    record = images.save(Image.new("RGB", (2, 2)))
+    images.full_path(record.image_name).unlink()
+    with pytest.raises(ImageNotFoundError):
+        images.full_path(record.image_name)
+
+
+def test_thumbnail_is_at_most_256_px_and_kept_under_outputs(images: ImageService, outputs: Path) -> None:
+    record = images.save(Image.new("RGB", (1000, 400), "red"))
+    thumb = images.thumbnail_path(record.image_name)
+    assert thumb.is_relative_to(outputs.resolve() / "thumbnails")
+    with Image.open(thumb) as image:
+        assert max(image.size) == 256
+        assert image.size == (256, 102)
+    assert images.thumbnail_path(record.image_name) == thumb
+    small = images.save(Image.new("RGBA", (40, 80), (0, 0, 0, 0)))
+    with Image.open(images.thumbnail_path(small.image_name)) as image:
+        assert image.size == (40, 80)
+
+
+def test_upload_of_a_real_image_is_stored_as_png(images: ImageService) -> None:
+    data = _encoded(Image.new("RGB", (64, 48), (0, 128, 0)), "JPEG")
+    record = images.upload(data, "photo.jpg")
+    assert (record.origin, record.width, record.height) == ("uploaded", 64, 48)
+    with Image.open(images.full_path(record.image_name)) as png:
+        assert png.format == "PNG"
+    assert images.get_metadata(record.image_name) == {"uploaded_filename": "photo.jpg"}
+    assert images.list()[1] == 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"not an image at all",
+        b"\x89PNG\r\n\x1a\n" + b"\x00" * 100,
+        _encoded(_noise(64, 64))[:5000],
+        _encoded(_noise(64, 64), "GIF")[:-300],
+        _encoded(_noise(64, 64), "JPEG")[:-300],
+    ],
+    ids=["empty", "text", "png-signature-only", "truncated-png", "truncated-gif", "truncated-jpeg"],
+)
+def test_upload_of_a_non_image_is_refused_and_nothing_is_stored(
+    images: ImageService, outputs: Path, data: bytes
+) -> None:
+    with pytest.raises(UnsupportedImageError):
+        images.upload(data, "x.png")
+    assert _stored_files(outputs) == []
+    assert images.list() == ([], 0)
+
+
+def test_upload_over_the_byte_limit_is_refused_and_nothing_is_stored(images: ImageService, outputs: Path) -> None:
+    data = _encoded(_noise(300, 300))
+    assert len(data) > MAX_UPLOAD
+    with pytest.raises(ImageTooLargeError, match=f"limit is {MAX_UPLOAD}"):
+        images.upload(data, "big.png")
+    # Over the limit is refused before decoding: even bytes that are no image count as too large.
+    with pytest.raises(ImageTooLargeError):
+        images.upload(b"x" * (MAX_UPLOAD + 1), "big.bin")
+    assert _stored_files(outputs) == []
+    assert images.list() == ([], 0)
+
+
+def _png_header_only(width: int, height: int) -> bytes:
+    """A tiny PNG that claims width x height pixels: a decompression bomb's header."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def test_upload_of_a_decompression_bomb_is_refused(db: SqliteDatabase, outputs: Path) -> None:
+    images = ImageService(db, outputs, max_upload_bytes=MAX_UPLOAD, max_upload_pixels=1000 * 1000)
+    with pytest.raises(ImageTooLargeError, match="pixels"):
+        images.upload(_png_header_only(2000, 2000), "bomb.png")
+    assert _stored_files(outputs) == []
+    assert images.list() == ([], 0)
+
+
+def test_delete_removes_file_thumbnail_and_record(images: ImageService, outputs: Path) -> None:
+    keep = images.save(Image.new("RGB", (300, 300)))
+    record = images.save(Image.new("RGB", (300, 300)))
+    full, thumb = images.full_path(record.image_name), images.thumbnail_path(record.image_name)
+    images.delete(record.image_name)
+    assert not full.exists() and not thumb.exists()
+    with pytest.raises(ImageNotFoundError):
+        images.get_record(record.image_name)
+    assert images.list() == ([keep], 1)
+    assert _stored_files(outputs) == [images.full_path(keep.image_name)]
+    with pytest.raises(ImageNotFoundError):
+        images.delete(record.image_name)
+
+
+def test_records_survive_a_restart(tmp_path: Path, outputs: Path) -> None:
+    db = SqliteDatabase(tmp_path / "invokeai.db")
+    record = ImageService(db, outputs, MAX_UPLOAD).save(Image.new("RGB", (5, 5)))
+    db.close()
+    db = SqliteDatabase(tmp_path / "invokeai.db")
+    assert ImageService(db, outputs, MAX_UPLOAD).get_record(record.image_name) == record
+    db.close()
