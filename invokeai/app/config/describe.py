@@ -29,6 +29,14 @@ def is_common(name: str) -> bool:
     return bool(_extra(name)["common"])
 
 
+def is_secret(name: str) -> bool:
+    return bool(_extra(name)["secret"])
+
+
+def secret_settings() -> set[str]:
+    return {name for name in SETTINGS if is_secret(name)}
+
+
 def startup_only_settings() -> list[str]:
     return [name for name in SETTINGS if is_startup_only(name)]
 

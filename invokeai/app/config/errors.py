@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from invokeai.app.config.describe import SETTINGS, allowed_values, is_enumerated
+from invokeai.app.config.describe import SETTINGS, allowed_values, is_enumerated, is_secret
 
 
 class ConfigError(Exception):
@@ -27,7 +27,8 @@ def show_value(value: Any) -> str:
 def bad_value(subject: str, name: str, value: Any) -> str:
     """One problem line; `subject` says where the value came from ("file: 'port'", "option --port")."""
     wanted = ("allowed: " if is_enumerated(name) else "expected ") + allowed_values(name)
-    return f"{subject} is {show_value(value)}; {wanted}"
+    shown = "(hidden: a secret setting)" if is_secret(name) else show_value(value)
+    return f"{subject} is {shown}; {wanted}"
 
 
 def from_validation_error(error: ValidationError, subject: Callable[[str], str]) -> ConfigError:

@@ -14,6 +14,7 @@ from invokeai.app.config.describe import (
     description,
     env_var,
     is_common,
+    is_secret,
     is_startup_only,
     type_name,
 )
@@ -39,6 +40,8 @@ def _setting_section(name: str) -> str:
         ("Startup-only", "yes: a change takes effect at the next start" if is_startup_only(name) else "no"),
         ("In the first-run file", "yes (commented out)" if is_common(name) else "no"),
     ]
+    if is_secret(name):
+        rows.append(("Secret", "yes: never shown by `GET /api/v1/app/config`, in error messages or in logs"))
     table = "\n".join(f"| {key} | {value} |" for key, value in rows)
     return f"### `{name}`\n\n{description(name)}\n\n| | |\n|---|---|\n{table}\n"
 
@@ -77,8 +80,8 @@ Highest first:
 3. the settings file;
 4. the defaults below.
 
-`GET /api/v1/app/config` returns the root, the settings file, every setting's effective value and the names of
-the startup-only settings.
+`GET /api/v1/app/config` returns the root, the settings file, every setting's effective value (except the secret
+ones) and the names of the startup-only settings.
 
 ## Startup-only settings
 

@@ -39,6 +39,7 @@ def setting(
     startup_only: bool,
     common: bool = False,
     allowed: str | None = None,
+    secret: bool = False,
     **constraints: Any,
 ) -> Any:
     """A settings field.
@@ -46,8 +47,9 @@ def setting(
     startup_only: read once at start; a change needs a restart (required, so each new setting decides).
     common: one a user is likely to edit; the first-run invokeai.yaml lists it (commented out).
     allowed: the valid values listed in words where a pattern checks them (e.g. "auto, cpu, cuda:N").
+    secret: its value is never shown: not by GET /api/v1/app/config, not in error messages or logs.
     """
-    extra: dict[str, Any] = {"startup_only": startup_only, "common": common}
+    extra: dict[str, Any] = {"startup_only": startup_only, "common": common, "secret": secret}
     if allowed is not None:
         extra["allowed"] = allowed
     return Field(default, description=description, json_schema_extra=extra, **constraints)
@@ -127,6 +129,29 @@ class InvokeAIAppConfig(BaseSettings):
         False,
         "Keep the database in memory instead of db_path; everything in it is lost on exit. For tests and demos.",
         startup_only=True,
+    )
+    max_queue_size: int = setting(
+        10000,
+        "Most queue items that may be pending at once. A batch that would take the queue past it is refused "
+        "whole (HTTP 429).",
+        startup_only=True,
+        ge=1,
+        le=1_000_000,
+    )
+    max_upload_mb: int = setting(
+        50,
+        "Largest image file, in megabytes, that POST /api/v1/images/upload accepts (HTTP 413 beyond).",
+        startup_only=True,
+        ge=1,
+        le=2048,
+    )
+    api_token: str = setting(
+        "",
+        "When set, every API request and event stream must send the header 'Authorization: Bearer <api_token>' "
+        "(HTTP 401 otherwise). Empty: no token is needed. Secret: never shown by /api/v1/app/config or logged. "
+        "Set it whenever host is not 127.0.0.1.",
+        startup_only=True,
+        secret=True,
     )
 
     # Where relative paths resolve and which file was read: not settings (the file cannot name its own
