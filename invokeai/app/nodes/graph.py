@@ -167,6 +167,10 @@ def _find_cycle(graph: Graph, among: set[str]) -> list[str]:
         current = predecessors[current]
     cycle = walk[seen[current] :]
     cycle.reverse()
+    # Start the report at the node listed first, so a given graph always gets the same message.
+    rank = {node_id: index for index, node_id in enumerate(graph.nodes)}
+    first = min(range(len(cycle)), key=lambda index: rank[cycle[index]])
+    cycle = cycle[first:] + cycle[:first]
     return [*cycle, cycle[0]]
 
 

@@ -128,7 +128,8 @@ def test_cycle() -> None:
     g = graph({"a": RESIZE, "b": RESIZE}, [edge("a.image", "b.image"), edge("b.image", "a.image")])
     error = refused(g)
     assert "cycle" in str(error)
-    assert "'a' -> 'b' -> 'a'" in str(error) or "'b' -> 'a' -> 'b'" in str(error)
+    assert "the graph has a cycle: 'a' -> 'b' -> 'a'" in str(error)
+    assert error.node_id == "a"
 
 
 def test_cycle_is_named_even_behind_other_nodes() -> None:
