@@ -1,0 +1,234 @@
+"""Events: one pydantic payload model per event name, and the bus that carries them to subscribers.
+
+Publishers are the session queue and the session processor, on any thread. Subscribers are the event stream
+(one per connected client, on the server's event loop) and in-process listeners such as the processor itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, ClassVar
+
+from pydantic import BaseModel, Field
+
+from invokeai.app.services.queue_models import AnyInvocationOutput, QueueItemStatus
+
+logger = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class EventBase(BaseModel):
+    event_name: ClassVar[str]
+
+    timestamp: datetime = Field(default_factory=_now, description="When the server sent the event (UTC).")
+    queue_id: str
+
+
+class QueueItemEventBase(EventBase):
+    item_id: int
+    batch_id: str
+    session_id: str
+
+
+class QueueItemStatusChangedEvent(QueueItemEventBase):
+    """A queue item changed status (pending -> in_progress -> completed, failed or canceled)."""
+
+    event_name: ClassVar[str] = "queue_item_status_changed"
+
+    status: QueueItemStatus
+    error_type: str | None = None
+    error_message: str | None = None
+    error_traceback: str | None = None
+    cancel_reason: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+
+class InvocationEventBase(QueueItemEventBase):
+    node_id: str = Field(description="The node's id in the graph.")
+    node_type: str = Field(description="The node's type, e.g. blank_image.")
+
+
+class InvocationStartedEvent(InvocationEventBase):
+    """A node started running."""
+
+    event_name: ClassVar[str] = "invocation_started"
+
+
+class ProgressImage(BaseModel):
+    width: int
+    height: int
+    dataURL: str = Field(description="The preview as a data: URL (JPEG), at most 256 pixels on its longer side.")
+
+
+class InvocationProgressEvent(InvocationEventBase):
+    """A running node finished a step."""
+
+    event_name: ClassVar[str] = "invocation_progress"
+
+    step: int = Field(description="Steps done so far.")
+    total: int = Field(description="Steps in all.")
+    percentage: float = Field(description="step / total, from 0 to 1.")
+    image: ProgressImage | None = Field(None, description="A small preview of the node's current result, if any.")
+
+
+class InvocationCompleteEvent(InvocationEventBase):
+    """A node returned; `result` is its output."""
+
+    event_name: ClassVar[str] = "invocation_complete"
+
+    result: AnyInvocationOutput = Field(description="The node's output, as in the item's session results.")  # type: ignore[valid-type]
+
+
+class InvocationErrorEvent(InvocationEventBase):
+    """A node raised; its queue item fails."""
+
+    event_name: ClassVar[str] = "invocation_error"
+
+    error_type: str = Field(description="The exception's class name.")
+    error_message: str
+    error_traceback: str
+
+
+class BatchEnqueuedEvent(EventBase):
+    """A batch was added to the queue."""
+
+    event_name: ClassVar[str] = "batch_enqueued"
+
+    batch_id: str
+    enqueued: int
+    requested: int
+    priority: int
+
+
+EVENT_TYPES: tuple[type[EventBase], ...] = (
+    QueueItemStatusChangedEvent,
+    InvocationStartedEvent,
+    InvocationProgressEvent,
+    InvocationCompleteEvent,
+    InvocationErrorEvent,
+    BatchEnqueuedEvent,
+)
+EVENT_NAMES: tuple[str, ...] = tuple(event.event_name for event in EVENT_TYPES)
+
+# For the OpenAPI document: the payload of any event. The SSE `event:` line names which one it is.
+AnyEvent = Annotated[
+    QueueItemStatusChangedEvent
+    | InvocationStartedEvent
+    | InvocationProgressEvent
+    | InvocationCompleteEvent
+    | InvocationErrorEvent
+    | BatchEnqueuedEvent,
+    Field(description="The payload of one event; the stream's `event:` line says which."),
+]
+
+Listener = Callable[[EventBase], None]
+
+
+class Subscription:
+    """One client's events from one queue, handed from the publishing threads to the subscriber's event loop.
+
+    Bounded: a client that falls `max_pending` events behind is disconnected (its stream ends) rather than
+    silently skipping events, so a connected client can trust that it has seen every event, in order. It
+    reconnects and re-reads the queue over REST to catch up.
+    """
+
+    _END = None  # queued last: the stream is over
+
+    def __init__(self, queue_id: str, max_pending: int) -> None:
+        self.queue_id = queue_id
+        self.overflowed = False
+        self._max_pending = max_pending
+        self._loop = asyncio.get_running_loop()
+        self._events: asyncio.Queue[EventBase | None] = asyncio.Queue()
+        self._ended = False
+
+    async def next(self) -> EventBase | None:
+        """The next event, or None once the stream has ended."""
+        return await self._events.get()
+
+    def deliver(self, event: EventBase | None) -> bool:
+        """From any thread; False when the subscriber's loop is gone (the subscription is then dead)."""
+        try:
+            self._loop.call_soon_threadsafe(self._put, event)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
+
+    def _put(self, event: EventBase | None) -> None:
+        if self._ended:
+            return
+        if event is not self._END and self._events.qsize() >= self._max_pending:
+            self.overflowed = True
+            logger.warning(
+                "An event stream of queue %r fell %d events behind; ending it", self.queue_id, self._max_pending
+            )
+            event = self._END
+        self._events.put_nowait(event)
+        self._ended = event is self._END
+
+
+class EventBus:
+    def __init__(self, max_pending: int = 1000) -> None:
+        self._lock = threading.Lock()
+        self._subscriptions: list[Subscription] = []
+        self._listeners: list[Listener] = []
+        self._max_pending = max_pending
+        self._closed = False
+
+    def publish(self, event: EventBase) -> None:
+        """Send `event` to its queue's subscribers and to every listener. Safe from any thread."""
+        with self._lock:
+            listeners = list(self._listeners)
+            targets = [sub for sub in self._subscriptions if sub.queue_id == event.queue_id]
+            # Delivered under the lock: two threads publishing at once still reach every subscriber in one order.
+            dead = [sub for sub in targets if not sub.deliver(event)]
+            for sub in dead:
+                self._subscriptions.remove(sub)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("Event listener %r failed on %s", listener, event.event_name)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener(event)` on the publishing thread for every event; it must return quickly."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def subscribe(self, queue_id: str) -> Subscription:
+        """From the event loop that will read the subscription. After close(), the stream ends at once."""
+        subscription = Subscription(queue_id, self._max_pending)
+        with self._lock:
+            if self._closed:
+                subscription.deliver(Subscription._END)
+            else:
+                self._subscriptions.append(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        with self._lock:
+            if subscription in self._subscriptions:
+                self._subscriptions.remove(subscription)
+
+    @property
+    def subscriber_count(self) -> int:
+        with self._lock:
+            return len(self._subscriptions)
+
+    def close(self) -> None:
+        """End every stream (at shutdown: the server waits for open responses before it stops)."""
+        with self._lock:
+            self._closed = True
+            for sub in self._subscriptions:
+                sub.deliver(Subscription._END)
+            self._subscriptions.clear()

@@ -1,0 +1,129 @@
+"""The session queue's data: batches as clients send them, queue items as the queue stores and returns them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, Union
+from uuid import uuid4
+
+from pydantic import BaseModel, Field, JsonValue
+
+from invokeai.app.nodes.base import output_classes
+from invokeai.app.nodes.graph import Graph
+
+QueueItemStatus = Literal["pending", "in_progress", "completed", "failed", "canceled"]
+QUEUE_ITEM_STATUSES: tuple[QueueItemStatus, ...] = ("pending", "in_progress", "completed", "failed", "canceled")
+FINISHED_STATUSES: tuple[QueueItemStatus, ...] = ("completed", "failed", "canceled")
+
+# Queue and batch ids go into URLs and logs: keep them to characters that need no escaping anywhere.
+ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+# SQLite integers are signed 64-bit; a larger id or offset would overflow in the driver instead of matching nothing.
+MAX_SQL_INT = 2**63 - 1
+MAX_RUNS = 10_000
+
+
+# Any node's output, told apart by its `type`; built like the graph's node union (invokeai.app.nodes registers every
+# node module before graph.py is imported), so every output schema is in the OpenAPI document.
+AnyInvocationOutput = Annotated[Union[tuple(output_classes())], Field(discriminator="type")]  # noqa: UP007
+
+
+def new_id() -> str:
+    return uuid4().hex
+
+
+class BatchDatum(BaseModel):
+    """Values for one node field: each item goes into its own queue item."""
+
+    node_path: str = Field(description="The id of the node whose field the items replace.", min_length=1)
+    field_name: str = Field(description="The input field the items replace.", min_length=1)
+    items: list[JsonValue] = Field(description="The values, one per queue item.", min_length=1)
+
+
+class Batch(BaseModel):
+    """A graph to run `runs` times for each combination of `data` values."""
+
+    batch_id: str = Field(
+        default_factory=new_id,
+        description="Chosen by the server unless given; cancel_by_batch_ids cancels every item of a batch.",
+        pattern=ID_PATTERN,
+    )
+    graph: Graph = Field(description="The graph every item of the batch runs, with the data values put in.")
+    runs: int = Field(1, ge=1, le=MAX_RUNS, description="How many times each combination of data values runs.")
+    data: list[list[BatchDatum]] | None = Field(
+        None,
+        description="Groups of field values. The data in one group are zipped (so their items must be equally "
+        "many); the groups are combined as a cartesian product. Each combination is one queue item per run.",
+    )
+
+
+class EnqueueBatchBody(BaseModel):
+    batch: Batch
+    prepend: bool = Field(False, description="Run this batch before every pending item (a higher priority).")
+
+
+class EnqueueBatchResult(BaseModel):
+    queue_id: str
+    enqueued: int = Field(description="How many queue items were created.")
+    requested: int = Field(description="How many the batch asked for (equal to enqueued: a batch is all or none).")
+    batch: Batch = Field(description="The batch as accepted, with its batch_id.")
+    priority: int = Field(description="The priority of the new items; higher runs first.")
+    item_ids: list[int] = Field(description="The new items' ids, in the order they will run.")
+
+
+class NodeFieldValue(BaseModel):
+    """A value that batch data put into a node field of this item's graph."""
+
+    node_path: str
+    field_name: str
+    value: JsonValue
+
+
+class SessionState(BaseModel):
+    """The graph an item runs and what its nodes returned so far."""
+
+    id: str = Field(description="The session id (also in the item as session_id).")
+    graph: Graph
+    results: dict[str, AnyInvocationOutput] = Field(  # type: ignore[valid-type]
+        description="Node id -> that node's output, for each node that ran."
+    )
+
+
+class SessionQueueItem(BaseModel):
+    item_id: int
+    queue_id: str
+    batch_id: str
+    session_id: str
+    status: QueueItemStatus
+    priority: int
+    field_values: list[NodeFieldValue] | None = Field(description="The batch data values in this item's graph.")
+    error_type: str | None = Field(description="For a failed item: the exception's class name.")
+    error_message: str | None
+    error_traceback: str | None
+    cancel_reason: str | None = Field(description="For a canceled item: who or what canceled it.")
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    session: SessionState
+
+
+class SessionQueueItemPage(BaseModel):
+    items: list[SessionQueueItem]
+    offset: int
+    limit: int
+    total: int
+
+
+class QueueCounts(BaseModel):
+    """Items per status in one queue, and the item running now (if it belongs to this queue)."""
+
+    queue_id: str
+    item_id: int | None = Field(description="The item in progress, if any.")
+    batch_id: str | None
+    session_id: str | None
+    pending: int
+    in_progress: int
+    completed: int
+    failed: int
+    canceled: int
+    total: int

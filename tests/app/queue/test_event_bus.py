@@ -1,0 +1,106 @@
+"""The event bus: events from other threads reach each queue's subscribers in order; slow ones are cut off."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from invokeai.app.services.events import BatchEnqueuedEvent, EventBase, EventBus
+
+
+def enqueued(queue_id: str, n: int) -> BatchEnqueuedEvent:
+    return BatchEnqueuedEvent(queue_id=queue_id, batch_id=f"b{n}", enqueued=n, requested=n, priority=0)
+
+
+async def drain(subscription, count: int | None = None) -> list[EventBase | None]:
+    received: list[EventBase | None] = []
+    while count is None or len(received) < count:
+        event = await asyncio.wait_for(subscription.next(), timeout=5)
+        received.append(event)
+        if event is None:
+            break
+    return received
+
+
+def test_subscribers_get_their_queue_events_in_order_from_another_thread() -> None:
+    bus = EventBus()
+
+    async def scenario() -> tuple[list[EventBase | None], list[EventBase | None]]:
+        mine, theirs = bus.subscribe("mine"), bus.subscribe("theirs")
+        publisher = threading.Thread(target=lambda: [bus.publish(enqueued("mine", n)) for n in range(1, 101)])
+        publisher.start()
+        bus.publish(enqueued("theirs", 7))
+        got_mine = await drain(mine, 100)
+        got_theirs = await drain(theirs, 1)
+        publisher.join()
+        return got_mine, got_theirs
+
+    mine, theirs = asyncio.run(scenario())
+    assert [e.enqueued for e in mine] == list(range(1, 101))  # type: ignore[union-attr]
+    assert [e.batch_id for e in theirs] == ["b7"]  # type: ignore[union-attr]
+
+
+def test_a_subscriber_that_falls_behind_is_ended_not_skipped() -> None:
+    bus = EventBus(max_pending=5)
+
+    async def scenario() -> tuple[list[EventBase | None], bool, int]:
+        slow = bus.subscribe("q")
+        for n in range(1, 9):
+            bus.publish(enqueued("q", n))
+        await asyncio.sleep(0)  # let the deliveries run
+        received = await drain(slow)
+        return received, slow.overflowed, bus.subscriber_count
+
+    received, overflowed, _ = asyncio.run(scenario())
+    # Five events fit; the sixth ends the stream, so the client never sees a gap.
+    assert [e.enqueued if e else None for e in received] == [1, 2, 3, 4, 5, None]  # type: ignore[union-attr]
+    assert overflowed
+
+
+def test_close_ends_every_stream_and_later_subscriptions_at_once() -> None:
+    bus = EventBus()
+
+    async def scenario() -> tuple[list[EventBase | None], list[EventBase | None], int]:
+        subscription = bus.subscribe("q")
+        bus.publish(enqueued("q", 1))
+        threading.Thread(target=bus.close).start()
+        before = await drain(subscription)
+        after = await drain(bus.subscribe("q"))
+        return before, after, bus.subscriber_count
+
+    before, after, count = asyncio.run(scenario())
+    assert [e.enqueued if e else None for e in before] == [1, None]  # type: ignore[union-attr]
+    assert after == [None]
+    assert count == 0
+
+
+def test_unsubscribe_stops_delivery_and_listeners_see_everything() -> None:
+    bus = EventBus()
+    heard: list[str] = []
+    bus.add_listener(lambda event: heard.append(event.queue_id))
+
+    def broken(event: EventBase) -> None:
+        raise RuntimeError("a broken listener must not stop the others")
+
+    bus.add_listener(broken)
+
+    async def scenario() -> int:
+        subscription = bus.subscribe("q")
+        bus.unsubscribe(subscription)
+        bus.publish(enqueued("q", 1))
+        bus.publish(enqueued("r", 2))
+        return bus.subscriber_count
+
+    assert asyncio.run(scenario()) == 0
+    assert heard == ["q", "r"]
+
+
+def test_a_subscriber_whose_loop_is_gone_is_dropped() -> None:
+    bus = EventBus()
+
+    async def subscribe() -> None:
+        bus.subscribe("q")
+
+    asyncio.run(subscribe())  # the loop closes with the subscription still registered
+    bus.publish(enqueued("q", 1))
+    assert bus.subscriber_count == 0
