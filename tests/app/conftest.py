@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,3 +64,33 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def scripted_integer_node(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The built-in `integer` node made scriptable through its value (the graph's node union is fixed at import,
+    so tests change what a registered node does instead of registering new ones):
+
+    value 0: returns at once; value n > 0: n steps of 10 ms, each reported with context.progress (the first with
+    a preview image), so a cancel stops it part way; value < 0: raises RuntimeError.
+    Returns the list of attention caller names seen inside the node, one per run.
+    """
+    from PIL import Image
+
+    from invokeai.app.nodes.base import InvocationContext
+    from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput
+    from invokeai.backend.attention import current_node_type
+
+    callers: list[str] = []
+
+    def invoke(self: IntegerInvocation, context: InvocationContext) -> IntegerOutput:
+        callers.append(current_node_type())
+        if self.value < 0:
+            raise RuntimeError(f"failed on purpose with value {self.value}")
+        for step in range(1, self.value + 1):
+            time.sleep(0.01)
+            context.progress(step, self.value, Image.new("RGB", (600, 300), "blue") if step == 1 else None)
+        return IntegerOutput(value=self.value)
+
+    monkeypatch.setattr(IntegerInvocation, "invoke", invoke)
+    return callers

@@ -1,0 +1,206 @@
+"""The session processor: a worker thread that runs queue items, node by node. The only place nodes run."""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import threading
+import traceback
+from typing import Any
+
+from PIL import Image
+from pydantic import BaseModel, Field
+
+from invokeai.app.nodes.base import BaseInvocation, BaseInvocationOutput, CanceledError, InvocationContext
+from invokeai.app.nodes.graph import execution_order, prepare_node
+from invokeai.app.services.events import (
+    BatchEnqueuedEvent,
+    EventBase,
+    EventBus,
+    InvocationCompleteEvent,
+    InvocationErrorEvent,
+    InvocationProgressEvent,
+    InvocationStartedEvent,
+    ProgressImage,
+)
+from invokeai.app.services.images import ImageService
+from invokeai.app.services.queue_models import SessionQueueItem
+from invokeai.app.services.session_queue import CANCEL_REASON, SHUTDOWN_REASON, SessionQueue
+from invokeai.backend.attention import attention_caller
+
+logger = logging.getLogger(__name__)
+
+PREVIEW_MAX_SIDE = 256
+
+
+class ProcessorStatus(BaseModel):
+    is_started: bool = Field(description="The processor takes new items (false while paused or stopped).")
+    is_processing: bool = Field(description="An item is running now.")
+
+
+def preview_image(image: Image.Image) -> ProgressImage:
+    small = image.convert("RGB")
+    small.thumbnail((PREVIEW_MAX_SIDE, PREVIEW_MAX_SIDE))
+    buffer = io.BytesIO()
+    small.save(buffer, format="JPEG", quality=80)
+    data_url = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return ProgressImage(width=small.width, height=small.height, dataURL=data_url)
+
+
+class SessionProcessor:
+    def __init__(self, queue: SessionQueue, images: ImageService, events: EventBus) -> None:
+        self._queue = queue
+        self._images = images
+        self._events = events
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        self._running_item: int | None = None
+        self._thread: threading.Thread | None = None
+        events.add_listener(self._on_event)
+
+    def _on_event(self, event: EventBase) -> None:
+        if isinstance(event, BatchEnqueuedEvent):
+            self._wake.set()
+
+    # Control, from any thread.
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._work, name="session-processor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop taking items; a running item is canceled at its next check. Waits up to `timeout` seconds."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.warning("The running node did not stop within %.0f s; leaving it behind", timeout)
+            self._thread = None
+
+    def pause(self) -> ProcessorStatus:
+        """Take no further items; the running one (if any) runs to its end."""
+        self._paused.set()
+        return self.status()
+
+    def resume(self) -> ProcessorStatus:
+        self._paused.clear()
+        self._wake.set()
+        return self.status()
+
+    def status(self) -> ProcessorStatus:
+        started = self._thread is not None and self._thread.is_alive() and not self._paused.is_set()
+        return ProcessorStatus(is_started=started, is_processing=self._running_item is not None)
+
+    # The worker thread.
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            # Cleared before looking, so an enqueue after the look still wakes the wait below.
+            self._wake.clear()
+            item = None if self._paused.is_set() else self._queue.dequeue()
+            if item is None:
+                self._wake.wait()
+                continue
+            self._running_item = item.item_id
+            try:
+                self._run_item(item)
+            except Exception:
+                # A broken item (or database trouble) must not end the worker: log it and go on.
+                logger.exception("Queue item %d could not be processed", item.item_id)
+            finally:
+                self._running_item = None
+
+    def _is_canceled(self, item_id: int) -> bool:
+        return self._stop.is_set() or not self._queue.is_running(item_id)
+
+    def _run_item(self, item: SessionQueueItem) -> None:
+        graph = item.session.graph
+        graph_json = graph.model_dump(mode="json")
+        outputs: dict[str, BaseInvocationOutput] = {}
+        results: dict[str, dict[str, Any]] = {}
+        try:
+            for node_id in execution_order(graph):
+                if self._is_canceled(item.item_id):
+                    raise CanceledError(f"canceled before node {node_id!r}")
+                node, output = self._run_node(item, graph_json, node_id, outputs)
+                outputs[node_id] = output
+                results[node_id] = output.model_dump(mode="json")
+                self._events.publish(InvocationCompleteEvent(**_ids(item, node_id, node.type), result=output))
+        except CanceledError:
+            self._queue.cancel_running(item.item_id, SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON, results)
+        except Exception as error:
+            if self._is_canceled(item.item_id):
+                # A node that noticed the cancel in its own way; the item was canceled, it did not fail.
+                self._queue.cancel_running(
+                    item.item_id, SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON, results
+                )
+            else:
+                self._fail(item, error, results)
+        else:
+            self._queue.complete(item.item_id, results)
+
+    def _run_node(
+        self, item: SessionQueueItem, graph_json: dict[str, Any], node_id: str, outputs: dict[str, BaseInvocationOutput]
+    ) -> tuple[BaseInvocation, BaseInvocationOutput]:
+        node_type = item.session.graph.nodes[node_id].type
+        ids = _ids(item, node_id, node_type)
+        try:
+            node = prepare_node(item.session.graph, node_id, outputs)
+
+            def on_progress(step: int, total: int, preview: Image.Image | None) -> None:
+                image = preview_image(preview) if preview is not None else None
+                percentage = step / total if total > 0 else 0.0
+                self._events.publish(
+                    InvocationProgressEvent(**ids, step=step, total=total, percentage=percentage, image=image)
+                )
+
+            context = InvocationContext(
+                queue_id=item.queue_id,
+                item_id=item.item_id,
+                session_id=item.session_id,
+                node_id=node_id,
+                node_type=node_type,
+                graph=graph_json,
+                images=self._images,
+                on_progress=on_progress,
+                is_canceled=lambda: self._is_canceled(item.item_id),
+            )
+            self._events.publish(InvocationStartedEvent(**ids))
+            with attention_caller(node_type):
+                return node, node.invoke(context)
+        except CanceledError:
+            raise
+        except Exception as error:
+            if not self._is_canceled(item.item_id):
+                self._events.publish(InvocationErrorEvent(**ids, **_error_fields(error)))
+            raise
+
+    def _fail(self, item: SessionQueueItem, error: Exception, results: dict[str, dict[str, Any]]) -> None:
+        fields = _error_fields(error)
+        logger.warning("Queue item %d failed: %s: %s", item.item_id, fields["error_type"], fields["error_message"])
+        self._queue.fail(
+            item.item_id, fields["error_type"], fields["error_message"], fields["error_traceback"], results
+        )
+
+
+def _ids(item: SessionQueueItem, node_id: str, node_type: str) -> dict[str, Any]:
+    return {
+        "queue_id": item.queue_id,
+        "item_id": item.item_id,
+        "batch_id": item.batch_id,
+        "session_id": item.session_id,
+        "node_id": node_id,
+        "node_type": node_type,
+    }
+
+
+def _error_fields(error: BaseException) -> dict[str, str]:
+    return {
+        "error_type": type(error).__name__,
+        "error_message": str(error),
+        "error_traceback": "".join(traceback.format_exception(error)),
+    }
