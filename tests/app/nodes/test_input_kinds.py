@@ -40,7 +40,16 @@ def test_a_required_direct_input_is_required_at_parse_time(kinds: type[BaseInvoc
     with pytest.raises(ValidationError) as caught:
         kinds.model_validate({"id": "k"})
     assert ("direct",) in [error["loc"] for error in caught.value.errors()]
-    assert kinds.model_json_schema()["required"] == ["type", "id", "direct"]
+    schema = kinds.model_json_schema()
+    assert schema["required"] == ["type", "id", "direct"]
+    # The connection-only input is parsed as optional, but the schema shows no made-up default for it.
+    assert schema["properties"]["wired"] == {
+        "type": "integer",
+        "title": "Wired",
+        "description": "only an edge",
+        "input": "connection",
+        "orig_required": True,
+    }
 
 
 def test_a_direct_input_cannot_be_connected(kinds: type[BaseInvocation]) -> None:

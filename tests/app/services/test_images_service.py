@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 import struct
 import zlib
 from collections.abc import Iterator
@@ -142,6 +143,43 @@ def test_a_well_formed_name_without_a_record_is_not_found(images: ImageService, 
         images.get_pil(name)
 
 
+def test_a_record_with_a_name_the_service_never_makes_is_not_served(
+    images: ImageService, db: SqliteDatabase, outputs: Path
+) -> None:
+    # However a row got there, only generated names are looked up, so no path is built from it.
+    (outputs.parent / "invokeai.yaml").write_text("secret: 1")
+    db.execute(
+        "INSERT INTO images (image_name, width, height, origin, created_at) VALUES (?, 1, 1, 'uploaded', 'now')",
+        ("../invokeai.yaml",),
+    )
+    with pytest.raises(ImageNotFoundError):
+        images.full_path("../invokeai.yaml")
+
+
+def test_a_file_that_resolves_outside_outputs_is_not_served(
+    images: ImageService, outputs: Path, tmp_path: Path
+) -> None:
+    record = images.save(Image.new("RGB", (2, 2)))
+    outside = tmp_path / "outside.png"
+    Image.new("RGB", (2, 2)).save(outside)
+    path = outputs / record.image_name
+    path.unlink()
+    path.symlink_to(outside)
+    with pytest.raises(ImageNotFoundError):
+        images.full_path(record.image_name)
+    with pytest.raises(ImageNotFoundError):
+        images.get_pil(record.image_name)
+
+
+def test_save_leaves_no_file_when_the_record_cannot_be_written(
+    images: ImageService, db: SqliteDatabase, outputs: Path
+) -> None:
+    db.execute("CREATE TRIGGER refuse BEFORE INSERT ON images BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    with pytest.raises(sqlite3.IntegrityError, match="disk full"):
+        images.save(Image.new("RGB", (2, 2)))
+    assert _stored_files(outputs) == []
+
+
 def test_a_record_whose_file_is_gone_is_not_found(images: ImageService) -> None:
     record = images.save(Image.new("RGB", (2, 2)))
     images.full_path(record.image_name).unlink()
@@ -172,6 +210,15 @@ def test_upload_of_a_real_image_is_stored_as_png(images: ImageService) -> None:
     assert images.list()[1] == 1
 
 
+def _png_with_bad_crc() -> bytes:
+    """A PNG whose pixels decode but whose IDAT checksum is wrong: only verify() notices."""
+    data = bytearray(_encoded(_noise(16, 16)))
+    at = data.index(b"IDAT")
+    length = int.from_bytes(data[at - 4 : at], "big")
+    data[at + 4 + length] ^= 0xFF
+    return bytes(data)
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -181,8 +228,9 @@ def test_upload_of_a_real_image_is_stored_as_png(images: ImageService) -> None:
         _encoded(_noise(64, 64))[:5000],
         _encoded(_noise(64, 64), "GIF")[:-300],
         _encoded(_noise(64, 64), "JPEG")[:-300],
+        _png_with_bad_crc(),
     ],
-    ids=["empty", "text", "png-signature-only", "truncated-png", "truncated-gif", "truncated-jpeg"],
+    ids=["empty", "text", "png-signature-only", "truncated-png", "truncated-gif", "truncated-jpeg", "bad-crc"],
 )
 def test_upload_of_a_non_image_is_refused_and_nothing_is_stored(
     images: ImageService, outputs: Path, data: bytes
