@@ -153,6 +153,8 @@ def test_a_record_with_a_name_the_service_never_makes_is_not_served(
         ("../invokeai.yaml",),
     )
     with pytest.raises(ImageNotFoundError):
+        images.get_record("../invokeai.yaml")
+    with pytest.raises(ImageNotFoundError):
         images.full_path("../invokeai.yaml")
 
 
