@@ -92,7 +92,7 @@ class ImageBlendInvocation(BaseInvocation):
         image_b = context.load_image(self.image_b)
         context.check_canceled()
         # Image.blend needs one mode; keep transparency if either image has it.
-        has_alpha = any("A" in image.getbands() for image in (image_a, image_b))
+        has_alpha = any(image.has_transparency_data for image in (image_a, image_b))
         mode = "RGBA" if has_alpha else "RGB"
         image_a, image_b = image_a.convert(mode), image_b.convert(mode)
         if image_b.size != image_a.size:

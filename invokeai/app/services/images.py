@@ -67,10 +67,8 @@ def _png_ready(image: Image.Image) -> Image.Image:
     """The image in a mode PNG stores faithfully (keeping transparency where there is any)."""
     if image.mode in ("RGB", "RGBA", "L", "LA", "I;16", "1"):
         return image
-    if image.mode == "P":
-        return image.convert("RGBA" if "transparency" in image.info else "RGB")
-    has_alpha = "A" in image.getbands()
-    return image.convert("RGBA" if has_alpha else "RGB")
+    # Not "A" in getbands(): LAB's second band is a colour axis, not alpha.
+    return image.convert("RGBA" if image.has_transparency_data else "RGB")
 
 
 def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:

@@ -75,11 +75,20 @@ def test_save_writes_a_png_with_metadata_and_a_record(images: ImageService, outp
     assert images.get_metadata(record.image_name) == metadata
 
 
-def test_save_stores_modes_png_cannot_hold(images: ImageService) -> None:
+@pytest.mark.parametrize(
+    ("mode", "stored"),
+    [("CMYK", "RGB"), ("LAB", "RGB"), ("PA", "RGBA"), ("F", "RGB"), ("RGBA", "RGBA"), ("L", "L"), ("LA", "LA")],
+)
+def test_save_stores_modes_png_cannot_hold_as_rgb_or_rgba(images: ImageService, mode: str, stored: str) -> None:
+    record = images.save(Image.new(mode, (300, 10)))
+    assert images.get_pil(record.image_name).mode == stored
+    with Image.open(images.thumbnail_path(record.image_name)) as thumb:
+        assert thumb.size == (256, 9)
+
+
+def test_save_converts_colors_faithfully(images: ImageService) -> None:
     record = images.save(Image.new("CMYK", (4, 4), (0, 255, 0, 0)))
-    image = images.get_pil(record.image_name)
-    assert image.mode == "RGB"
-    assert image.getpixel((0, 0)) == (255, 0, 255)
+    assert images.get_pil(record.image_name).getpixel((0, 0)) == (255, 0, 255)
 
 
 def test_names_are_unique(images: ImageService) -> None:
