@@ -6,7 +6,7 @@ import pytest
 from transformers import CLIPTokenizer, Qwen2Tokenizer
 
 from invokeai.backend.models import tiny_tokenizers as tt
-from invokeai.backend.models.configs import get_variant
+from invokeai.backend.models.config_variants import get_variant
 
 
 def test_qwen_template_encodes_to_the_lengths_krea2_assumes() -> None:

@@ -1,0 +1,80 @@
+"""Stable Diffusion 1.x: components, the original single-file key layout, and its config signature.
+
+A single-file checkpoint in the original (CompVis/LDM) layout keeps each component under one prefix. Which shipped
+config variant fits a file is read off a few tensors whose shapes follow from the config: the UNet's conv_in, conv_out,
+time embedding and mid-block cross-attention width, the VAE's conv_in/out and (post-)quant convs, and the text
+encoder's token and position embeddings, last layer, and the absence of a layer past it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .config_variants import ConfigVariant, Signature
+
+FAMILY = "sd-1"
+PIPELINE_CLASS = "StableDiffusionPipeline"
+COMPONENTS = ("text_encoder", "tokenizer", "unet", "vae", "scheduler")
+MODEL_COMPONENTS = ("text_encoder", "unet", "vae")
+
+UNET_PREFIX = "model.diffusion_model."
+VAE_PREFIX = "first_stage_model."
+TEXT_PREFIX = "cond_stage_model.transformer.text_model."
+CHECKPOINT_PREFIXES = {"unet": UNET_PREFIX, "vae": VAE_PREFIX, "text_encoder": TEXT_PREFIX}
+
+SCHEDULER_NAMES = ("euler", "ddim", "dpmpp_2m")
+
+
+def missing_checkpoint_parts(names: Iterable[str]) -> list[str]:
+    """Components whose original-layout prefix no tensor in `names` has (empty: the layout is SD-1.x's)."""
+    names = list(names)
+    return [
+        f"{component} ({prefix}*)"
+        for component, prefix in CHECKPOINT_PREFIXES.items()
+        if not any(name.startswith(prefix) for name in names)
+    ]
+
+
+def checkpoint_signature(variant: ConfigVariant) -> Signature:
+    unet = variant.component_config("unet")
+    vae = variant.component_config("vae")
+    text = variant.component_config("text_encoder")
+    width = unet["block_out_channels"][0]
+    deepest = unet["block_out_channels"][-1]
+    vae_width = vae["block_out_channels"][0]
+    vae_deepest = vae["block_out_channels"][-1]
+    latent = vae["latent_channels"]
+    hidden = text["hidden_size"]
+    layers = text["num_hidden_layers"]
+    u, v, t = UNET_PREFIX, VAE_PREFIX, TEXT_PREFIX
+    return {
+        f"{u}input_blocks.0.0.weight": (width, unet["in_channels"], 3, 3),
+        f"{u}out.2.weight": (unet["out_channels"], width, 3, 3),
+        f"{u}time_embed.0.weight": (4 * width, width),
+        f"{u}middle_block.1.transformer_blocks.0.attn2.to_k.weight": (deepest, unet["cross_attention_dim"]),
+        f"{v}encoder.conv_in.weight": (vae_width, vae["in_channels"], 3, 3),
+        f"{v}decoder.conv_out.weight": (vae["out_channels"], vae_width, 3, 3),
+        f"{v}encoder.mid.block_1.conv1.weight": (vae_deepest, vae_deepest, 3, 3),
+        f"{v}quant_conv.weight": (2 * latent, 2 * latent, 1, 1),
+        f"{v}post_quant_conv.weight": (latent, latent, 1, 1),
+        f"{t}embeddings.token_embedding.weight": (text["vocab_size"], hidden),
+        f"{t}embeddings.position_embedding.weight": (text["max_position_embeddings"], hidden),
+        f"{t}encoder.layers.{layers - 1}.mlp.fc1.weight": (text["intermediate_size"], hidden),
+        f"{t}encoder.layers.{layers}.mlp.fc1.weight": None,
+    }
+
+
+def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
+    """One of the family's samplers, on the model's own noise schedule (betas, offsets) from `base_config`."""
+    from diffusers import DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
+
+    # Keys a scheduler does not know (e.g. PNDM's skip_prk_steps) are dropped by from_config.
+    config = {k: v for k, v in base_config.items() if not k.startswith("_")}
+    if name == "euler":
+        return EulerDiscreteScheduler.from_config(config)
+    if name == "ddim":
+        return DDIMScheduler.from_config(config)
+    if name == "dpmpp_2m":
+        return DPMSolverMultistepScheduler.from_config(config, algorithm_type="dpmsolver++", solver_order=2)
+    raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: {', '.join(SCHEDULER_NAMES)}")
