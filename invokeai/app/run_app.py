@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from invokeai.app.api.app_factory import create_app
 
-    serve(create_app(config), config.host, config.port)
+    app = create_app(config)
+    serve(app, config.host, config.port, on_exit=app.state.events.close)
     logger.info("Stopped")
     return 0
 

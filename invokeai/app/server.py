@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import threading
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -25,12 +27,28 @@ def exit_quietly_on_signals() -> None:
         signal.signal(sig, _exit_now)
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
-    """Serve until SIGINT or SIGTERM, then return after uvicorn's graceful shutdown."""
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._on_exit is not None:
+            # On a thread of its own: a signal handler must not take locks that the code it interrupted may hold.
+            threading.Thread(target=self._on_exit, name="on-exit", daemon=True).start()
+        super().handle_exit(sig, frame)
+
+
+def serve(app: FastAPI, host: str, port: int, on_exit: Callable[[], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then return after uvicorn's graceful shutdown.
+
+    on_exit runs when the signal arrives, before uvicorn waits for open responses to finish: it must end the
+    responses that never finish on their own (event streams), or the shutdown would wait for the clients.
+    """
     # uvicorn catches both signals, shuts down, puts back the handlers it found and raises the signal again so
     # that their action runs. The handlers it finds do nothing, so after a shutdown by signal this function
     # returns and the caller's code after it runs, instead of the process dying by SIGTERM, printing a
     # KeyboardInterrupt traceback, or unwinding through asyncio by _exit_now's SystemExit.
     for sig in _SHUTDOWN_SIGNALS:
         signal.signal(sig, _do_nothing)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None)).run()
+    _Server(uvicorn.Config(app, host=host, port=port, log_config=None), on_exit).run()

@@ -131,3 +131,9 @@ def test_console_script_bad_option_exits_2(tmp_path: Path, run_invokeai_web: Run
     assert result.returncode == 2
     assert "--port" in result.stderr and "many" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_bad_secret_value_is_not_shown(tmp_path: Path) -> None:
+    message = load_error(tmp_path, "api_token: [hunter2]\n")
+    assert "'api_token' is (hidden: a secret setting); expected a string" in message
+    assert "hunter2" not in message

@@ -20,7 +20,7 @@ calls = []
 attention.install_attention = lambda setting, device=None: calls.append(
     ["install", setting, device, sorted(m for m in ("diffusers", "transformers") if m in sys.modules)]
 )
-run_app.serve = lambda app, host, port: calls.append(["serve", type(app).__name__, host, port])
+run_app.serve = lambda app, host, port, on_exit=None: calls.append(["serve", type(app).__name__, host, port])
 code = run_app.main(["--root", sys.argv[1], "--port", "0"])
 print(json.dumps({"code": code, "calls": calls}))
 """

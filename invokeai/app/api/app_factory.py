@@ -1,18 +1,54 @@
-"""The FastAPI app: every resource's router under /api/v1, the settings on app.state."""
+"""The FastAPI app: every resource's router under /api/v1, the services started and stopped with it."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+from fastapi import Depends, FastAPI
+
+from invokeai.app.api.auth import require_token
+from invokeai.app.api.errors import install_error_handlers
 from invokeai.app.api.routers import app as app_router
+from invokeai.app.api.routers import events as events_router
+from invokeai.app.api.routers import images as images_router
+from invokeai.app.api.routers import queue as queue_router
 from invokeai.app.config import InvokeAIAppConfig
+from invokeai.app.services.container import MEGABYTE, build_services
+from invokeai.app.services.events import EventBus
 from invokeai.app.version import app_version
 
 API_PREFIX = "/api/v1"
+# Room for the multipart framing around an upload of the largest allowed size.
+MULTIPART_OVERHEAD = 1 * MEGABYTE
 
 
-def create_app(config: InvokeAIAppConfig) -> FastAPI:
-    app = FastAPI(title="InvokeAI", version=app_version())
+def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True) -> FastAPI:
+    """The app; it opens the database and starts the processor only when it starts (its lifespan), so building
+    it touches nothing on disk. run_processor=False: items are queued but never run (for API fuzzing)."""
+    # The bus exists before the services so that the shutdown signal can end the event streams (see serve()).
+    events = EventBus()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = build_services(config, events)
+        services.start(run_processor=run_processor)
+        app.state.services = services
+        try:
+            yield
+        finally:
+            events.close()
+            # Joining the worker blocks; keep the event loop free meanwhile.
+            await asyncio.to_thread(services.stop)
+
+    # Every request body is bounded (HTTP 413 while it arrives): nothing legitimate is larger than an upload.
+    max_body_size = config.max_upload_mb * MEGABYTE + MULTIPART_OVERHEAD
+    app = FastAPI(title="InvokeAI", version=app_version(), lifespan=lifespan, max_body_size=max_body_size)
     app.state.config = config
-    app.include_router(app_router.router, prefix=API_PREFIX)
+    app.state.events = events
+    install_error_handlers(app)
+    authorized = [Depends(require_token)]
+    for router in (app_router.router, queue_router.router, events_router.router, images_router.router):
+        app.include_router(router, prefix=API_PREFIX, dependencies=authorized)
     return app

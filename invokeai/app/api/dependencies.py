@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from invokeai.app.config import InvokeAIAppConfig
+from invokeai.app.services.container import Services
 
 
 def get_config(request: Request) -> InvokeAIAppConfig:
@@ -15,3 +16,11 @@ def get_config(request: Request) -> InvokeAIAppConfig:
 
 
 Config = Annotated[InvokeAIAppConfig, Depends(get_config)]
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+AppServices = Annotated[Services, Depends(get_services)]

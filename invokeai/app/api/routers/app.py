@@ -1,15 +1,16 @@
-"""/api/v1/app: facts about the running server (version, effective settings)."""
+"""/api/v1/app: facts about the running server (version, effective settings, attention kernels)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from invokeai.app.api.dependencies import Config
-from invokeai.app.config.describe import startup_only_settings
+from invokeai.app.config.describe import secret_settings, startup_only_settings
 from invokeai.app.version import app_version
+from invokeai.backend.attention import attention_stats
 
 router = APIRouter(prefix="/app", tags=["app"])
 
@@ -22,9 +23,23 @@ class AppConfig(BaseModel):
     root: str = Field(description="The root folder; relative path settings resolve against it.")
     config_file: str | None = Field(description="The settings file that was read, or written on first start.")
     config: dict[str, Any] = Field(
-        description="Every setting's effective value (command line, environment, file, default)."
+        description="Every setting's effective value (command line, environment, file, default), except the "
+        "secret ones (api_token)."
     )
     startup_only: list[str] = Field(description="The settings that take effect only at the next start.")
+
+
+class AttentionStats(BaseModel):
+    """The attention package's own report (invokeai.backend.attention.attention_stats); docs/attention.md."""
+
+    model_config = ConfigDict(extra="allow")
+
+    setting: str | None = Field(description="The attention_backend setting in force (null before the install).")
+    installed: bool = Field(description="Whether the kernel order is installed in this process.")
+    order: list[str] = Field(description="The installed kernel order, first choice first.")
+    probe: dict[str, Any] | None = Field(description="What the startup probe found on the device.")
+    reports: list[dict[str, str]] = Field(description="Calls the first-choice kernel could not serve, and why.")
+    counts: dict[str, dict[str, int]] = Field(description="Attention calls per node type and serving kernel.")
 
 
 @router.get("/version", operation_id="app_version")
@@ -37,6 +52,11 @@ def get_config(config: Config) -> AppConfig:
     return AppConfig(
         root=str(config.root),
         config_file=str(config.config_file) if config.config_file else None,
-        config=config.model_dump(mode="json"),
+        config=config.model_dump(mode="json", exclude=secret_settings()),
         startup_only=startup_only_settings(),
     )
+
+
+@router.get("/attention", operation_id="app_attention")
+def get_attention() -> AttentionStats:
+    return AttentionStats.model_validate(attention_stats())

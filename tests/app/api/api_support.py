@@ -1,0 +1,99 @@
+"""Helpers for the API tests (importable by name: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi.testclient import TestClient
+
+MakeClient = Callable[..., TestClient]
+
+QUEUE = "/api/v1/queue/default"
+FINISHED = ("completed", "failed", "canceled")
+
+
+def node(node_id: str, type_: str, **inputs: Any) -> dict[str, Any]:
+    return {"id": node_id, "type": type_, **inputs}
+
+
+def edge(source: str, source_field: str, destination: str, destination_field: str) -> dict[str, Any]:
+    return {
+        "source": {"node_id": source, "field": source_field},
+        "destination": {"node_id": destination, "field": destination_field},
+    }
+
+
+def graph_json(*nodes: dict[str, Any], edges: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"id": "g", "nodes": {n["id"]: n for n in nodes}, "edges": edges or []}
+
+
+IMAGE_GRAPH = graph_json(
+    node("blank", "blank_image", width=48, height=32, color="#ff0000"),
+    node("resize", "image_resize", width=24, height=16),
+    edges=[edge("blank", "image", "resize", "image")],
+)
+
+
+def enqueue(client: TestClient, graph: dict[str, Any], runs: int = 1, **batch: Any) -> Any:
+    return client.post(f"{QUEUE}/enqueue_batch", json={"batch": {"graph": graph, "runs": runs, **batch}})
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_finished(client: TestClient, item_id: int, timeout: float = 10.0) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        item: dict[str, Any] = client.get(f"{QUEUE}/i/{item_id}").json()
+        return item if item["status"] in FINISHED else None
+
+    return wait_until(finished, timeout, f"item {item_id} to finish")
+
+
+class ServerProcess:
+    """The real `invokeai-web` on `root` and `port`, logging to `log`; stop() sends SIGTERM and waits."""
+
+    def __init__(self, executable: str, root: Path, port: int, log: Path, env: dict[str, str]) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = log
+        with log.open("ab") as log_file:
+            self.process = subprocess.Popen(
+                [executable, "--root", str(root), "--port", str(port)],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+
+    def wait_up(self, headers: dict[str, str] | None = None, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"invokeai-web exited with {self.process.returncode}:\n{self.log.read_text()}")
+            try:
+                httpx.get(f"{self.base}/api/v1/app/version", headers=headers, timeout=5)
+                return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise AssertionError(f"invokeai-web did not answer within {timeout} s:\n{self.log.read_text()}")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
