@@ -107,9 +107,17 @@ def test_krea2_pipeline_generates_and_follows_the_prompt(demo_build: DemoBuild) 
         return np.asarray(result).astype(np.int16)
 
     cat, house = generate("a red cat"), generate("a blue house")
-    # Had the template cut the prompt away, both would be the same image.
     assert np.abs(cat - house).max() > 0
     assert np.array_equal(cat, generate("a red cat"))
+
+    # The sharp check of the tokenizer trap: the pipeline drops its first 34 tokens as the system prompt, so the
+    # kept sequence must start at the prompt's first token and hold exactly the prompt plus the 5 suffix tokens.
+    # (Images alone cannot tell: causal attention leaks the prompt into the suffix's states even when it is cut.)
+    with torch.no_grad():
+        red, red_mask = pipe.encode_prompt("red cat", max_sequence_length=16)
+        blue, _ = pipe.encode_prompt("blue house", max_sequence_length=16)
+    assert int(red_mask.sum()) == len(pipe.tokenizer("red cat").input_ids) + 5
+    assert not torch.allclose(red[:, 0], blue[:, 0])
 
 
 @pytest.mark.parametrize("component", ["unet", "vae"])
