@@ -100,6 +100,7 @@ class DemoModel:
     name: str
     description: str
     family: str
+    type: str
     format: str
     path: Path
 
@@ -232,10 +233,11 @@ def _build_one(name: str, into: Path) -> Path:
     return target
 
 
-_FAMILY_FORMAT = {
-    SD1_NAME: ("sd-1", "diffusers"),
-    KREA2_NAME: ("krea2", "diffusers"),
-    KREA2_GGUF_NAME: ("krea2", "gguf"),
+# What probe_model reports for each (family, type, format).
+_KINDS = {
+    SD1_NAME: ("sd-1", "main", "diffusers"),
+    KREA2_NAME: ("krea2", "main", "diffusers"),
+    KREA2_GGUF_NAME: ("krea2", "transformer", "gguf"),
 }
 
 
@@ -249,7 +251,7 @@ def build_demo_models(dest: Path, names: tuple[str, ...] = DEMO_NAMES) -> list[D
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in names:
-        if name not in _FAMILY_FORMAT:
+        if name not in _KINDS:
             raise ValueError(f"unknown demo model {name!r}; known: {', '.join(DEMO_NAMES)}")
         if demo_target(dest, name).exists():
             raise FileExistsError(f"{demo_target(dest, name)} already exists")
@@ -262,8 +264,7 @@ def build_demo_models(dest: Path, names: tuple[str, ...] = DEMO_NAMES) -> list[D
         for name, path in built:
             final = demo_target(dest, name)
             os.replace(path, final)
-            family, fmt = _FAMILY_FORMAT[name]
-            models.append(DemoModel(name, _DESCRIPTIONS[name], family, fmt, final))
+            models.append(DemoModel(name, _DESCRIPTIONS[name], *_KINDS[name], final))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return models

@@ -10,6 +10,7 @@ MLP width (first block), and the block count (last block present, the next absen
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from .config_variants import ConfigVariant, Signature
 
@@ -17,6 +18,7 @@ FAMILY = "krea2"
 PIPELINE_CLASS = "Krea2Pipeline"
 COMPONENTS = ("text_encoder", "tokenizer", "transformer", "vae", "scheduler")
 MODEL_COMPONENTS = ("text_encoder", "transformer", "vae")
+SCHEDULER_NAMES = ("euler",)
 
 _ORIGINAL_PREFIX = "model.diffusion_model."
 # Original name -> diffusers name: whole leading segments, then pieces inside blocks.
@@ -86,10 +88,10 @@ def transformer_signature(variant: ConfigVariant) -> Signature:
     }
 
 
-def make_scheduler(name: str, base_config: dict) -> object:
+def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
     """Krea-2 samples with flow-matching Euler and the resolution-dependent (dynamic) shift of its config."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    if name not in ("euler", "flow_euler"):
+    if name not in SCHEDULER_NAMES:
         raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: euler")
     return FlowMatchEulerDiscreteScheduler.from_config({k: v for k, v in base_config.items() if not k.startswith("_")})

@@ -10,6 +10,7 @@ import pytest
 from models_testlib import DemoBuild
 
 from invokeai.backend.models import demo
+from invokeai.backend.models.probe import probe_model
 
 
 def _hashes(root: Path) -> dict[str, str]:
@@ -30,12 +31,16 @@ def test_build_is_deterministic_and_fast(demo_build: DemoBuild, tmp_path: Path) 
     # Seconds even on a busy 2-core machine (the first build includes importing the model classes).
     assert demo_build.seconds < 30 and again < 30
     assert [m.name for m in models] == ["demo-sd1", "demo-krea2", "demo-krea2-gguf"]
+    # Each says of itself what probing its files says.
+    for model in models:
+        probe = probe_model(model.path)
+        assert (probe.family, probe.type, probe.format) == (model.family, model.type, model.format)
 
 
 def test_demo_models_are_described(demo_build: DemoBuild, tmp_path: Path) -> None:
     models = demo.build_demo_models(tmp_path, names=("demo-krea2-gguf",))
-    assert [(m.name, m.family, m.format, m.path) for m in models] == [
-        ("demo-krea2-gguf", "krea2", "gguf", tmp_path / "demo-krea2-gguf.gguf")
+    assert [(m.name, m.family, m.type, m.format, m.path) for m in models] == [
+        ("demo-krea2-gguf", "krea2", "transformer", "gguf", tmp_path / "demo-krea2-gguf.gguf")
     ]
     assert "random-weight" in models[0].description.lower()
     assert (demo_build.sd1 / "model_index.json").is_file() and demo_build.gguf.is_file()
