@@ -219,14 +219,12 @@ def write_krea2_gguf(transformer: torch.nn.Module, path: Path, quant_type: str =
 
 def _build_one(name: str, into: Path) -> Path:
     """Build demo model `name` under `into`; returns its path there."""
+    target = demo_target(into, name)
     if name == SD1_NAME:
-        target = into / SD1_NAME
         build_sd1_pipeline().save_pretrained(target, safe_serialization=True)
     elif name == KREA2_NAME:
-        target = into / KREA2_NAME
         build_krea2_pipeline().save_pretrained(target, safe_serialization=True)
     elif name == KREA2_GGUF_NAME:
-        target = into / f"{KREA2_GGUF_NAME}.gguf"
         write_krea2_gguf(build_krea2_transformer(), target)
     else:
         raise ValueError(f"unknown demo model {name!r}; known: {', '.join(DEMO_NAMES)}")
@@ -247,7 +245,8 @@ def demo_target(dest: Path, name: str) -> Path:
 
 def build_demo_models(dest: Path, names: tuple[str, ...] = DEMO_NAMES) -> list[DemoModel]:
     """Build the demo models `names` in `dest`. An existing target is an error (nothing is built then): replacing
-    a model that may be installed and in use is the caller's decision."""
+    a model that may be installed and in use is the caller's decision. One builder per `dest` at a time: a build
+    clears staging folders it finds there, taking them for leftovers of a killed build."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in names:

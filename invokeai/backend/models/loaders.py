@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from . import krea2, sd1
-from .config_variants import get_variant
+from .config_variants import ConfigVariant, get_variant
 from .errors import UnsupportedModelError
 from .probe import ProbeResult
 
@@ -53,7 +53,7 @@ def load_component(
     return loaded
 
 
-def _variant(probe: ProbeResult):
+def _variant(probe: ProbeResult) -> ConfigVariant:
     if probe.config_variant is None:
         raise UnsupportedModelError(f"{probe.path.name}: a single file needs a config variant; probe it first")
     return get_variant(probe.config_variant)
