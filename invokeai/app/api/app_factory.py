@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
 
@@ -20,6 +21,9 @@ from invokeai.app.services.events import EventBus
 from invokeai.app.version import app_version
 
 API_PREFIX = "/api/v1"
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"description": "The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'."}
+}
 # Room for the multipart framing around an upload of the largest allowed size.
 MULTIPART_OVERHEAD = 1 * MEGABYTE
 
@@ -48,7 +52,6 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True) -> Fast
     app.state.config = config
     app.state.events = events
     install_error_handlers(app)
-    authorized = [Depends(require_token)]
     for router in (app_router.router, queue_router.router, events_router.router, images_router.router):
-        app.include_router(router, prefix=API_PREFIX, dependencies=authorized)
+        app.include_router(router, prefix=API_PREFIX, dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
     return app
