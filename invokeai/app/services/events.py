@@ -133,6 +133,8 @@ AnyEvent = Annotated[
 
 Listener = Callable[[EventBase], None]
 
+_END = None  # queued last in a subscription: its stream is over
+
 
 class Subscription:
     """One client's events from one queue, handed from the publishing threads to the subscriber's event loop.
@@ -141,8 +143,6 @@ class Subscription:
     silently skipping events, so a connected client can trust that it has seen every event, in order. It
     reconnects and re-reads the queue over REST to catch up.
     """
-
-    _END = None  # queued last: the stream is over
 
     def __init__(self, queue_id: str, max_pending: int) -> None:
         self.queue_id = queue_id
@@ -167,14 +167,14 @@ class Subscription:
     def _put(self, event: EventBase | None) -> None:
         if self._ended:
             return
-        if event is not self._END and self._events.qsize() >= self._max_pending:
+        if event is not _END and self._events.qsize() >= self._max_pending:
             self.overflowed = True
             logger.warning(
                 "An event stream of queue %r fell %d events behind; ending it", self.queue_id, self._max_pending
             )
-            event = self._END
+            event = _END
         self._events.put_nowait(event)
-        self._ended = event is self._END
+        self._ended = event is _END
 
 
 class EventBus:
@@ -210,7 +210,7 @@ class EventBus:
         subscription = Subscription(queue_id, self._max_pending)
         with self._lock:
             if self._closed:
-                subscription.deliver(Subscription._END)
+                subscription.deliver(_END)
             else:
                 self._subscriptions.append(subscription)
         return subscription
@@ -230,5 +230,5 @@ class EventBus:
         with self._lock:
             self._closed = True
             for sub in self._subscriptions:
-                sub.deliver(Subscription._END)
+                sub.deliver(_END)
             self._subscriptions.clear()

@@ -12,7 +12,7 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel, Field
 
-from invokeai.app.nodes.base import BaseInvocation, BaseInvocationOutput, CanceledError, InvocationContext
+from invokeai.app.nodes.base import BaseInvocationOutput, CanceledError, InvocationContext
 from invokeai.app.nodes.graph import execution_order, prepare_node
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
@@ -101,7 +101,12 @@ class SessionProcessor:
         while not self._stop.is_set():
             # Cleared before looking, so an enqueue after the look still wakes the wait below.
             self._wake.clear()
-            item = None if self._paused.is_set() else self._queue.dequeue()
+            try:
+                item = None if self._paused.is_set() else self._queue.dequeue()
+            except Exception:
+                logger.exception("Could not take the next queue item")
+                self._stop.wait(1.0)  # database trouble: retry, but not in a tight loop
+                continue
             if item is None:
                 self._wake.wait()
                 continue
@@ -117,27 +122,25 @@ class SessionProcessor:
     def _is_canceled(self, item_id: int) -> bool:
         return self._stop.is_set() or not self._queue.is_running(item_id)
 
+    def _cancel_reason(self) -> str:
+        return SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON
+
     def _run_item(self, item: SessionQueueItem) -> None:
-        graph = item.session.graph
-        graph_json = graph.model_dump(mode="json")
+        graph_json = item.session.graph.model_dump(mode="json")
         outputs: dict[str, BaseInvocationOutput] = {}
         results: dict[str, dict[str, Any]] = {}
         try:
-            for node_id in execution_order(graph):
+            for node_id in execution_order(item.session.graph):
                 if self._is_canceled(item.item_id):
                     raise CanceledError(f"canceled before node {node_id!r}")
-                node, output = self._run_node(item, graph_json, node_id, outputs)
-                outputs[node_id] = output
-                results[node_id] = output.model_dump(mode="json")
-                self._events.publish(InvocationCompleteEvent(**_ids(item, node_id, node.type), result=output))
+                outputs[node_id] = self._run_node(item, graph_json, node_id, outputs)
+                results[node_id] = outputs[node_id].model_dump(mode="json")
         except CanceledError:
-            self._queue.cancel_running(item.item_id, SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON, results)
+            self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
         except Exception as error:
             if self._is_canceled(item.item_id):
                 # A node that noticed the cancel in its own way; the item was canceled, it did not fail.
-                self._queue.cancel_running(
-                    item.item_id, SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON, results
-                )
+                self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
             else:
                 self._fail(item, error, results)
         else:
@@ -145,7 +148,8 @@ class SessionProcessor:
 
     def _run_node(
         self, item: SessionQueueItem, graph_json: dict[str, Any], node_id: str, outputs: dict[str, BaseInvocationOutput]
-    ) -> tuple[BaseInvocation, BaseInvocationOutput]:
+    ) -> BaseInvocationOutput:
+        """Prepare and invoke one node, with its events; the only place a node runs."""
         node_type = item.session.graph.nodes[node_id].type
         ids = _ids(item, node_id, node_type)
         try:
@@ -171,13 +175,15 @@ class SessionProcessor:
             )
             self._events.publish(InvocationStartedEvent(**ids))
             with attention_caller(node_type):
-                return node, node.invoke(context)
+                output = node.invoke(context)
         except CanceledError:
             raise
         except Exception as error:
             if not self._is_canceled(item.item_id):
                 self._events.publish(InvocationErrorEvent(**ids, **_error_fields(error)))
             raise
+        self._events.publish(InvocationCompleteEvent(**ids, result=output))
+        return output
 
     def _fail(self, item: SessionQueueItem, error: Exception, results: dict[str, dict[str, Any]]) -> None:
         fields = _error_fields(error)
