@@ -43,26 +43,23 @@ class QueueItemNotFoundError(KeyError):
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat()
+    # Fixed precision keeps the stored strings in time order when compared as text.
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+# The columns a queue_item_status_changed event repeats from the item, under the same names.
+_STATUS_COLUMNS = tuple(name for name in QueueItemStatusChangedEvent.model_fields if name != "timestamp")
+
+
+def _status_fields(row: sqlite3.Row) -> dict[str, Any]:
+    return {name: row[name] for name in _STATUS_COLUMNS}
 
 
 def _item(row: sqlite3.Row) -> SessionQueueItem:
     return SessionQueueItem(
-        item_id=row["item_id"],
-        queue_id=row["queue_id"],
-        batch_id=row["batch_id"],
-        session_id=row["session_id"],
-        status=row["status"],
+        **_status_fields(row),
         priority=row["priority"],
         field_values=json.loads(row["field_values"]) if row["field_values"] else None,
-        error_type=row["error_type"],
-        error_message=row["error_message"],
-        error_traceback=row["error_traceback"],
-        cancel_reason=row["cancel_reason"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        started_at=row["started_at"],
-        completed_at=row["completed_at"],
         session=SessionState(
             id=row["session_id"],
             graph=json.loads(row["graph"]),
@@ -72,21 +69,7 @@ def _item(row: sqlite3.Row) -> SessionQueueItem:
 
 
 def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
-    return QueueItemStatusChangedEvent(
-        queue_id=row["queue_id"],
-        item_id=row["item_id"],
-        batch_id=row["batch_id"],
-        session_id=row["session_id"],
-        status=row["status"],
-        error_type=row["error_type"],
-        error_message=row["error_message"],
-        error_traceback=row["error_traceback"],
-        cancel_reason=row["cancel_reason"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        started_at=row["started_at"],
-        completed_at=row["completed_at"],
-    )
+    return QueueItemStatusChangedEvent(**_status_fields(row))
 
 
 class SessionQueue:
