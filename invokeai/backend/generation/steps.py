@@ -1,0 +1,33 @@
+"""What the denoise loops share: the per-step callback type, the seeded noise, and fresh scheduler copies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# on_step(step, total, latents): `step` counts completed steps (1..total); `latents` are the current latents in the
+# family's image layout. Raising from it (e.g. on cancel) ends the generation with that exception.
+StepCallback = Callable[[int, int, torch.Tensor], None]
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """The generator a pipeline gets from `torch.Generator("cpu").manual_seed(seed)`: noise is drawn on the CPU and
+    moved, so one seed gives the same image on every device."""
+    return torch.Generator("cpu").manual_seed(seed)
+
+
+def seeded_noise(
+    shape: tuple[int, ...], generator: torch.Generator, device: torch.device | str, dtype: torch.dtype
+) -> torch.Tensor:
+    """Gaussian noise exactly as the pipelines draw it (diffusers' randn_tensor, CPU generator)."""
+    from diffusers.utils.torch_utils import randn_tensor
+
+    return randn_tensor(shape, generator=generator, device=torch.device(device), dtype=dtype)
+
+
+def fresh_scheduler(scheduler: Any) -> Any:
+    """A new scheduler with the same config: schedulers keep per-run state (step index, solver history), so the
+    caller's instance is left untouched and two generations can share one."""
+    return type(scheduler).from_config(scheduler.config)
