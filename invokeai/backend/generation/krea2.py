@@ -1,0 +1,240 @@
+"""Krea-2: prompt encoding (tapped Qwen3-VL hidden states), flow-matching denoising, and VAE decoding.
+
+Each function computes what diffusers' Krea2Pipeline computes for one image, so for the same components, prompt,
+seed, steps and size the image is the pipeline's. The denoise loop also carries the server's attention controls:
+the grouped-query processor (`krea2_attention`), the INVOKE_KREA2_SDPA_BACKEND window (read once per generation)
+and the per-step benchmark that variable turns on.
+
+Imports only torch and diffusers at module level (Pillow only in `vae_decode`), so the GPU benchmark can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from invokeai.backend.attention import StepBenchmark, sdpa_window, step_benchmark, window_mode_from_env
+from invokeai.backend.generation.krea2_attention import install_krea2_attention
+from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+# The Qwen-Image chat template Krea-2 was trained with. The prompt is padded to a fixed length *inside* the
+# template, the assistant suffix follows the padding, and the system prefix is cut from the encoder output.
+PROMPT_PREFIX = (
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
+    "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n"
+)
+PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
+PREFIX_TOKENS = 34
+SUFFIX_TOKENS = 5
+MAX_SEQUENCE_LENGTH = 512
+# Qwen3-VL-4B layers whose hidden states Krea-2 stacks (0 is the embedding output); a model folder may name others.
+SELECT_LAYERS: tuple[int, ...] = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)
+VAE_SCALE_FACTOR = 8  # the Qwen-Image VAE: three 2x spatial downsamplings
+DISTILLED_MU = 1.15
+
+
+@dataclass(frozen=True)
+class Krea2Settings:
+    """The pipeline-level options a Krea-2 model folder carries in model_index.json."""
+
+    select_layers: tuple[int, ...] = SELECT_LAYERS
+    is_distilled: bool = False
+    patch_size: int = 2
+
+    @classmethod
+    def from_model_index(cls, index: Mapping[str, Any]) -> Krea2Settings:
+        layers = index.get("text_encoder_select_layers")
+        return cls(
+            select_layers=tuple(layers) if layers else SELECT_LAYERS,
+            is_distilled=bool(index.get("is_distilled", False)),
+            patch_size=int(index.get("patch_size", 2)),
+        )
+
+
+def _check_template(tokenizer: Any) -> None:
+    # The prefix is cut by a fixed token count; a tokenizer that encodes it longer would cut the user's prompt away
+    # and make every image ignore it, silently. Refuse that instead.
+    length = len(tokenizer(PROMPT_PREFIX).input_ids)
+    if length != PREFIX_TOKENS:
+        raise ValueError(
+            f"this tokenizer encodes the Krea-2 system prefix to {length} tokens, not {PREFIX_TOKENS}; "
+            "the prompt would be cut away"
+        )
+
+
+@torch.no_grad()
+def encode_prompt(
+    text_encoder: Any,
+    tokenizer: Any,
+    prompt: str,
+    device: torch.device | str,
+    *,
+    select_layers: Sequence[int] = SELECT_LAYERS,
+    max_sequence_length: int = MAX_SEQUENCE_LENGTH,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(embeds (1, max_sequence_length, len(select_layers), hidden), mask (1, max_sequence_length) bool).
+
+    The negative conditioning is the same call with the negative prompt; the pipeline's default is "".
+    """
+    _check_template(tokenizer)
+    body = tokenizer(
+        [PROMPT_PREFIX + prompt],
+        truncation=True,
+        padding="max_length",
+        max_length=max_sequence_length + PREFIX_TOKENS - SUFFIX_TOKENS,
+        return_tensors="pt",
+    )
+    suffix = tokenizer([PROMPT_SUFFIX], return_tensors="pt")
+    input_ids = torch.cat([body.input_ids, suffix.input_ids], dim=1).to(device)
+    mask = torch.cat([body.attention_mask, suffix.attention_mask], dim=1).bool().to(device)
+    # Padding sits mid-sequence, so positions count real tokens only (the suffix keeps the phase it was trained
+    # with); text positions are equal on the three mRoPE axes.
+    positions = (mask.long().cumsum(dim=-1) - 1).clamp(min=0).unsqueeze(0).expand(3, -1, -1)
+    hidden = text_encoder(
+        input_ids=input_ids, attention_mask=mask, position_ids=positions, output_hidden_states=True
+    ).hidden_states
+    embeds = torch.stack([hidden[layer] for layer in select_layers], dim=2)
+    return embeds[:, PREFIX_TOKENS:], mask[:, PREFIX_TOKENS:]
+
+
+def image_shift(image_tokens: int, scheduler_config: Mapping[str, Any]) -> float:
+    """The dynamic shift mu: linear in the image token count between the scheduler's base and max points."""
+    base_len = scheduler_config.get("base_image_seq_len", 256)
+    max_len = scheduler_config.get("max_image_seq_len", 6400)
+    base_shift = scheduler_config.get("base_shift", 0.5)
+    max_shift = scheduler_config.get("max_shift", 1.15)
+    slope = (max_shift - base_shift) / (max_len - base_len)
+    return image_tokens * slope + (base_shift - slope * base_len)
+
+
+def pack_latents(latents: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H/p * W/p, C * p * p): the transformer's token layout."""
+    b, c, h, w = latents.shape
+    p = patch_size
+    return latents.view(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
+
+
+def unpack_latents(tokens: torch.Tensor, height: int, width: int, patch_size: int) -> torch.Tensor:
+    """Inverse of `pack_latents` for an image of height x width pixels."""
+    b, _, channels = tokens.shape
+    p = patch_size
+    h, w = height // VAE_SCALE_FACTOR, width // VAE_SCALE_FACTOR
+    grid = tokens.view(b, h // p, w // p, channels // (p * p), p, p).permute(0, 3, 1, 4, 2, 5)
+    return grid.reshape(b, channels // (p * p), h, w)
+
+
+def position_ids(text_tokens: int, grid_height: int, grid_width: int, device: torch.device) -> torch.Tensor:
+    """(text_tokens + grid cells, 3) rotary coordinates: text at the origin, image cells at (0, row, column)."""
+    rows = torch.arange(grid_height, device=device).repeat_interleave(grid_width)
+    columns = torch.arange(grid_width, device=device).repeat(grid_height)
+    image = torch.stack([torch.zeros_like(rows), rows, columns], dim=1).float()
+    return torch.cat([torch.zeros(text_tokens, 3, device=device), image])
+
+
+@torch.no_grad()
+def denoise(
+    transformer: Any,
+    scheduler: Any,
+    *,
+    prompt_embeds: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    negative_embeds: torch.Tensor | None = None,
+    negative_mask: torch.Tensor | None = None,
+    width: int,
+    height: int,
+    steps: int,
+    guidance_scale: float = 4.5,
+    seed: int,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    on_step: StepCallback | None = None,
+    is_distilled: bool = False,
+    patch_size: int = 2,
+    benchmark: StepBenchmark | None = None,
+) -> torch.Tensor:
+    """Denoised latents (1, C, height/8, width/8), ready for `vae_decode`.
+
+    Guidance follows Krea-2's convention: on whenever `guidance_scale > 0`, velocity = cond + scale * (cond -
+    uncond), from two batch-1 transformer calls; the negative conditioning is then required (the pipeline encodes ""
+    by default). `scheduler` is one from `invokeai.backend.models.krea2.make_scheduler` (a fresh copy is used).
+    INVOKE_KREA2_SDPA_BACKEND is read once here; `benchmark` replaces the step benchmark that variable would build
+    (the GPU benchmark passes its own). `on_step(step, total, latents)` gets unpacked latents after every step.
+    """
+    multiple = VAE_SCALE_FACTOR * patch_size
+    if width % multiple or height % multiple:
+        raise ValueError(f"width and height must be multiples of {multiple}, got {width}x{height}")
+    guided = guidance_scale > 0
+    if guided and (negative_embeds is None or negative_mask is None):
+        raise ValueError("guidance_scale > 0 needs negative_embeds and negative_mask (encode the negative prompt)")
+    device = torch.device(device)
+    window = window_mode_from_env()
+    bench = benchmark if benchmark is not None else step_benchmark(device)
+    install_krea2_attention(transformer)
+    scheduler = fresh_scheduler(scheduler)
+
+    channels = transformer.config.in_channels // (patch_size * patch_size)
+    noise = seeded_noise(
+        (1, channels, height // VAE_SCALE_FACTOR, width // VAE_SCALE_FACTOR), seeded_generator(seed), device, dtype
+    )
+    latents = pack_latents(noise, patch_size)
+    cond = (prompt_embeds.to(device=device, dtype=dtype), prompt_mask.to(device))
+    uncond = (negative_embeds.to(device=device, dtype=dtype), negative_mask.to(device)) if guided else None
+    positions = position_ids(cond[0].shape[1], height // multiple, width // multiple, device)
+    if uncond is not None and uncond[0].shape[1] != cond[0].shape[1]:
+        raise ValueError("prompt and negative embeddings must have the same sequence length (max_sequence_length)")
+
+    mu = DISTILLED_MU if is_distilled else image_shift(latents.shape[1], scheduler.config)
+    scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), device=device, mu=mu)
+    scheduler.set_begin_index(0)
+    timesteps = scheduler.timesteps
+
+    def velocity(
+        latents: torch.Tensor, conditioning: tuple[torch.Tensor, torch.Tensor], timestep: torch.Tensor
+    ) -> torch.Tensor:
+        embeds, mask = conditioning
+        return transformer(
+            hidden_states=latents,
+            encoder_hidden_states=embeds,
+            timestep=timestep,
+            position_ids=positions,
+            encoder_attention_mask=mask,
+            return_dict=False,
+        )[0]
+
+    with sdpa_window(window):
+        if bench is not None:
+            bench.start()
+        for index, t in enumerate(timesteps):
+            with bench.step() if bench is not None else contextlib.nullcontext():
+                timestep = (t / scheduler.config.num_train_timesteps).expand(latents.shape[0]).to(dtype)
+                v = velocity(latents, cond, timestep)
+                if uncond is not None:
+                    v = v + guidance_scale * (v - velocity(latents, uncond, timestep))
+                latents = scheduler.step(v, t, latents, return_dict=False)[0]
+            if on_step is not None:
+                on_step(index + 1, len(timesteps), unpack_latents(latents, height, width, patch_size))
+    if bench is not None:
+        bench.log()
+    return unpack_latents(latents, height, width, patch_size)
+
+
+@torch.no_grad()
+def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
+    """The RGB image the pipeline returns for these (unpacked) latents."""
+    from diffusers.image_processor import VaeImageProcessor
+
+    z_dim = vae.config.z_dim
+    latents = latents.to(device=vae.device, dtype=vae.dtype).unsqueeze(2)  # one video frame
+    mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(latents.device, latents.dtype)
+    # Divided by the reciprocal, as the pipeline does, so the rounding is the same.
+    inverse_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(latents.device, latents.dtype)
+    decoded = vae.decode(latents / inverse_std + mean, return_dict=False)[0][:, :, 0]
+    return VaeImageProcessor(vae_scale_factor=VAE_SCALE_FACTOR).postprocess(decoded, output_type="pil")[0]
