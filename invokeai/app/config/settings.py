@@ -114,6 +114,35 @@ class InvokeAIAppConfig(BaseSettings):
         startup_only=True,
         common=True,
     )
+    install_demo_models: bool = setting(
+        True,
+        "On a start with no model installed, build and install three tiny random-weight demo models (demo-sd1, "
+        "demo-krea2, demo-krea2-gguf) under models_dir, so that the first generation needs no download. Their "
+        "images are noise: they exercise the pipelines, they do not make pictures.",
+        startup_only=True,
+        common=True,
+    )
+    hash_models: bool = setting(
+        True,
+        "Compute a sha256 of every model as it is installed (shown as its hash). Off: installs of large models "
+        "are faster and their hash is null.",
+        startup_only=True,
+    )
+    max_cache_ram_gb: float = setting(
+        8.0,
+        "Most RAM, in GB, that loaded models may take. Beyond it, the least recently used models are dropped "
+        "and loaded again from disk when next needed.",
+        startup_only=True,
+        common=True,
+        ge=0,
+    )
+    device_working_mem_gb: float = setting(
+        3.0,
+        "Least device memory, in GB, kept free beside the models for a node's computation. A node that needs "
+        "more (by its estimate) gets more: other models are moved off the device first.",
+        startup_only=True,
+        ge=0,
+    )
     outputs_dir: Path = setting(
         Path("outputs"),
         "Folder that generated images are written to.",

@@ -1,4 +1,5 @@
-"""What a running node may use: the images service, progress reports and the cancel flag of its queue item."""
+"""What a running node may use: the images service, the model manager, the tensor store, progress reports and the
+cancel flag of its queue item."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from invokeai.app.nodes.fields import ImageField
 
 if TYPE_CHECKING:
     from invokeai.app.services.images import ImageService
+    from invokeai.app.services.model_manager import ModelManager
+    from invokeai.app.services.tensors import TensorStore
 
 
 class CanceledError(Exception):
@@ -32,6 +35,8 @@ class InvocationContext:
         images: ImageService,
         on_progress: Callable[[int, int, Image.Image | None], None],
         is_canceled: Callable[[], bool],
+        models: ModelManager | None = None,
+        tensors: TensorStore | None = None,
     ) -> None:
         self.queue_id = queue_id
         self.item_id = item_id
@@ -42,6 +47,22 @@ class InvocationContext:
         self.images = images
         self._on_progress = on_progress
         self._is_canceled = is_canceled
+        self._models = models
+        self._tensors = tensors
+
+    @property
+    def models(self) -> ModelManager:
+        if self._models is None:
+            raise RuntimeError(f"node {self.node_id!r} ({self.node_type}) needs models, but this context has none")
+        return self._models
+
+    @property
+    def tensors(self) -> TensorStore:
+        if self._tensors is None:
+            raise RuntimeError(
+                f"node {self.node_id!r} ({self.node_type}) needs the tensor store; this context has none"
+            )
+        return self._tensors
 
     def check_canceled(self) -> None:
         if self._is_canceled():

@@ -25,8 +25,10 @@ from invokeai.app.services.events import (
     ProgressImage,
 )
 from invokeai.app.services.images import ImageService
+from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.queue_models import SessionQueueItem
 from invokeai.app.services.session_queue import CANCEL_REASON, SHUTDOWN_REASON, SessionQueue
+from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.attention import attention_caller
 
 logger = logging.getLogger(__name__)
@@ -49,9 +51,18 @@ def preview_image(image: Image.Image) -> ProgressImage:
 
 
 class SessionProcessor:
-    def __init__(self, queue: SessionQueue, images: ImageService, events: EventBus) -> None:
+    def __init__(
+        self,
+        queue: SessionQueue,
+        images: ImageService,
+        events: EventBus,
+        models: ModelManager | None = None,
+        tensors: TensorStore | None = None,
+    ) -> None:
         self._queue = queue
         self._images = images
+        self._models = models
+        self._tensors = tensors
         self._events = events
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -172,6 +183,8 @@ class SessionProcessor:
                 images=self._images,
                 on_progress=on_progress,
                 is_canceled=lambda: self._is_canceled(item.item_id),
+                models=self._models,
+                tensors=self._tensors,
             )
             self._events.publish(InvocationStartedEvent(**ids))
             with attention_caller(node_type):

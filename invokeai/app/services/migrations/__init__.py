@@ -5,10 +5,12 @@ from __future__ import annotations
 from invokeai.app.services.migrations.base import Migration, MigrationError, run_migrations
 from invokeai.app.services.migrations.m001_images import migration as m001_images
 from invokeai.app.services.migrations.m002_session_queue import migration as m002_session_queue
+from invokeai.app.services.migrations.m003_models import migration as m003_models
 
 MIGRATIONS: list[Migration] = [
     m001_images,
     m002_session_queue,
+    m003_models,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]

@@ -1,0 +1,113 @@
+"""What nodes use to get models: resolve a graph's model identifier to a record, load a component through the model
+cache, and hold it on the execution device with its working memory reserved."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord, ModelRecordService
+from invokeai.backend.models.loaders import components_of, load_component
+from invokeai.backend.models.probe import ProbeResult
+
+if TYPE_CHECKING:
+    from invokeai.backend.cache import ModelCache
+
+# The Krea-2 pipeline that a lone GGUF transformer borrows its text encoder and VAE from, when it is installed.
+PREFERRED_COMPANION = "demo-krea2"
+
+
+def probe_of(record: ModelRecord) -> ProbeResult:
+    """The record as the backend loaders take it; the installer probed the files, so they are not read again."""
+    return ProbeResult(
+        path=Path(record.path),
+        family=record.family,
+        type=record.type,
+        format=record.format,
+        config_variant=record.config_variant,
+        size=record.size,
+    )
+
+
+def cache_key(record: ModelRecord, component: str) -> str:
+    return f"{record.key}:{component}"
+
+
+class ModelManager:
+    def __init__(
+        self, records: ModelRecordService, cache: ModelCache, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        self.records = records
+        self.cache = cache
+        self.device = device
+        self.dtype = dtype
+        # Tokenizers and scheduler configs: cheap to keep and not modules, so the cache (which prices and moves
+        # modules) has nothing to do with them; kept here so a node does not re-read them from disk every run.
+        self._small: dict[str, Any] = {}
+        self._small_lock = threading.Lock()
+
+    def resolve(self, ident: ModelIdentifier) -> ModelRecord:
+        """The record a graph's model field names. ModelNotFoundError says which key or name is missing."""
+        if ident.key is not None:
+            return self.records.get(ident.key)
+        assert ident.name is not None  # ModelIdentifier guarantees one of them
+        return self.records.get_by_name(ident.name)
+
+    def components(self, record: ModelRecord) -> list[str]:
+        return list(components_of(probe_of(record)))
+
+    def _loader(self, record: ModelRecord, component: str) -> Any:
+        # Loaded on the CPU in the execution dtype: the cache keeps it in RAM and moves it to the device on demand.
+        probe = probe_of(record)
+        return lambda: load_component(probe, component, device="cpu", dtype=self.dtype)
+
+    def load(self, record: ModelRecord, component: str) -> Any:
+        """A component of the model: a module (in RAM, from the cache), a tokenizer or a scheduler."""
+        key = cache_key(record, component)
+        with self._small_lock:
+            if key in self._small:
+                return self._small[key]
+        loaded = self.cache.load(key, self._loader(record, component))
+        if not isinstance(loaded, torch.nn.Module):
+            with self._small_lock:
+                self._small[key] = loaded
+        return loaded
+
+    @contextmanager
+    def on_device(self, record: ModelRecord, component: str, working_memory_bytes: int) -> Iterator[torch.nn.Module]:
+        """The module on the execution device for the duration of the block, with `working_memory_bytes` free
+        beside it (the cache offloads other models to make room)."""
+        with self.cache.on_device(
+            cache_key(record, component), self._loader(record, component), working_memory_bytes
+        ) as module:
+            yield module
+
+    def companion(self, record: ModelRecord, component: str) -> ModelRecord:
+        """A pipeline of `record`'s family that has `component`, for a model that lacks it (a lone transformer):
+        the one named PREFERRED_COMPANION if installed, else the first by name."""
+        candidates = [
+            other
+            for other in self.records.list(family=record.family, type="main")
+            if other.format == "diffusers" and component in self.components(other)
+        ]
+        if not candidates:
+            raise ModelNotFoundError(
+                f"model {record.name!r} has no {component}, and no {record.family} pipeline (diffusers) is installed "
+                f"to take it from; install one, e.g. with install_demo_models"
+            )
+        preferred = [other for other in candidates if other.name == PREFERRED_COMPANION]
+        return (preferred or candidates)[0]
+
+    def forget(self, record: ModelRecord) -> None:
+        """Drop what is loaded of a model whose record was deleted or whose files changed."""
+        prefix = f"{record.key}:"
+        with self._small_lock:
+            for key in [key for key in self._small if key.startswith(prefix)]:
+                del self._small[key]
+        for component in self.components(record):
+            self.cache.drop(cache_key(record, component))
