@@ -1,0 +1,224 @@
+"""Working memory of Krea-2 components: Qwen3-VL text model, Krea2Transformer2DModel (one call), Qwen-Image VAE decode.
+
+Attention calls follow the diffusers/transformers code paths, read off the component's config:
+- Qwen3-VL text model (Krea2Pipeline.get_text_hidden_states): every layer attends over the whole template block,
+  the 34-token system prefix plus the prompt padded to `prompt_tokens` (the pipeline's max_sequence_length). A
+  padded block passes a bool (B, 1, L, L) mask and K/V repeated to the query heads; an unpadded one runs causal
+  with grouped K/V (`enable_gqa`), which the score matrix does not depend on.
+- Krea2Transformer2DModel: the text fusion's layerwise blocks attend across the tapped-layer axis for every token
+  (B x T sequences of `num_text_layers`, no mask), its refiner blocks across the tokens (B, 1, 1, T mask), and each
+  main block over text + image tokens (B, 1, 1, T + img mask); the processor repeats grouped K/V heads before SDPA,
+  so every call has the query head count. The pipeline always passes the text mask. Guidance is two batch-1 calls,
+  so a call's batch is the images per call, not doubled.
+- AutoencoderKLQwenImage decode: `attn_scales` only adds attention to encoder down blocks; the mid block always
+  has one single-head attention as wide as the deepest block (384 in the real Qwen-Image VAE) over the latent
+  pixels of each frame, so decode makes one call per image.
+
+Activation terms (B: batch; item: element size; f32: 4 bytes for what runs in fp32 whatever the dtype; D, I:
+hidden and MLP widths; H: query heads x head_dim; T: prompt tokens; L = T + 34; K: tapped layers; N = T + image):
+- text encoder: B x L x ((layers + 1) D item + max(attention, MLP)) + B x L^2 x (1 + item) when padded: every
+  hidden state is returned (the pipeline taps several), the bool mask and SDPA's additive copy of it; attention
+  2 D item + D f32 + 8 H item (residual, fp32 RMSNorm, q, repeated k/v, rotary temporaries, output), MLP
+  2 D item + D f32 + 4 I item (gate, up, activation, product). x 1.0.
+- transformer: B x max(T K x fusion block, N x main block + T K text_dim item), a block's peak per token being
+  max(attention 7 W item + W f32, feed-forward 2 W item + W f32 + 4 I item); main blocks add their time-modulated
+  input (W item) and fp32 rotary temporaries (3 W f32) to attention. x 1.0.
+- VAE decode: a walk over the decoder (mid block, up blocks, head) keeps, beside each step's working set, the
+  one-frame clone every causal 3-D convolution stores in its feature cache (alive until the decode ends); a
+  resnet's causal conv pads its input to three frames and may copy it again (27 times in PyTorch's CPU
+  slow_conv3d, 3 in oneDNN's blocked layout, 0 on CUDA); upsampling runs in fp32. x 1.15.
+The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU for the demo
+models (peak live bytes, fp32), so the estimate lies between 1.0 and 1.3 times the measurement. On CUDA the same
+formulas apply, unverified there until the script is run on a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from invokeai.backend.cache.estimate import (
+    AttentionCall,
+    CallFacts,
+    ConfigLike,
+    WorkingMemory,
+    config_dict,
+    fp32_bytes,
+)
+
+FAMILY = "krea2"
+PROMPT_TOKENS = 512  # Krea2Pipeline's default max_sequence_length: prompts are padded to it
+TEMPLATE_PREFIX_TOKENS = 34  # Krea2Pipeline.prompt_template_encode_start_idx, dropped after the text model
+LATENT_SCALE = 8  # Qwen-Image VAE: 2 ** len(temperal_downsample)
+PATCH = 2  # Krea2Pipeline packs 2x2 latent patches into one token
+
+ACTIVATION_FACTOR = {
+    "text_encoder": 1.0,
+    "transformer": 1.0,
+    "vae_decode": 1.15,
+}
+
+
+def _scaled(component: str, structural_bytes: float) -> int:
+    return int(ACTIVATION_FACTOR[component] * structural_bytes)
+
+
+def _prompt_tokens(facts: CallFacts) -> int:
+    return facts.prompt_tokens or PROMPT_TOKENS
+
+
+# --- text encoder -------------------------------------------------------------------------------------------
+
+
+def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    c = config_dict(config)
+    text = config_dict(c.get("text_config", c))
+    tokens = _prompt_tokens(facts) + TEMPLATE_PREFIX_TOKENS
+    hidden, inner, layers = text["hidden_size"], text["intermediate_size"], text["num_hidden_layers"]
+    heads = text["num_attention_heads"]
+    head_dim = text.get("head_dim") or hidden // heads
+    width = heads * head_dim
+    item, f32 = facts.dtype.itemsize, fp32_bytes(facts.dtype)
+    # Attention: residual, RMSNorm (fp32 inside), q, repeated k and v, rotary temporaries, output, o_proj input.
+    attention = 2 * hidden * item + hidden * f32 + 8 * width * item
+    # SwiGLU MLP: residual and norm output, gate, up, activation, product.
+    mlp = 2 * hidden * item + hidden * f32 + 4 * inner * item
+    kept = (layers + 1) * hidden * item  # output_hidden_states: the pipeline taps several layers
+    per_sequence = tokens * (kept + max(attention, mlp))
+    if facts.text_padded:
+        per_sequence += tokens * tokens * (1 + item)  # the bool mask and SDPA's additive copy of it
+    activation = _scaled("text_encoder", facts.batch * per_sequence)
+    call = AttentionCall(
+        num_heads=facts.batch * heads,
+        query_len=tokens,
+        key_len=tokens,
+        head_dim=head_dim,
+        has_attn_mask=facts.text_padded,
+        is_causal=not facts.text_padded,
+        count=layers,
+    )
+    return WorkingMemory(activation, [call])
+
+
+# --- transformer --------------------------------------------------------------------------------------------
+
+
+def _block_bytes(width: int, inner: int, item: int, f32: int, main: bool) -> int:
+    """Bytes per token alive at the peak of a Krea-2 block: attention (input, fp32 norm, q, k and v repeated to the
+    query heads, gate, output, gated output) or the SwiGLU feed-forward (input, fp32 norm, gate, up, activation,
+    product). Main blocks add the time-modulated input and fp32 rotary temporaries."""
+    modulated = width * item if main else 0
+    attention = 7 * width * item + width * f32 + modulated + (3 * width * f32 if main else 0)
+    feed_forward = 2 * width * item + width * f32 + modulated + 4 * inner * item
+    return max(attention, feed_forward)
+
+
+def image_tokens(facts: CallFacts) -> int:
+    side = LATENT_SCALE * PATCH
+    return (facts.height // side) * (facts.width // side)
+
+
+def transformer(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    c = config_dict(config)
+    batch, text = facts.batch, _prompt_tokens(facts)
+    tokens = text + image_tokens(facts)
+    text_dim, text_heads = c["text_hidden_dim"], c["text_num_attention_heads"]
+    layers_tapped = c["num_text_layers"]
+    item, f32 = facts.dtype.itemsize, fp32_bytes(facts.dtype)
+    hidden = c["attention_head_dim"] * c["num_attention_heads"]
+    fusion = _block_bytes(text_dim, c["text_intermediate_size"], item, f32, main=False)
+    main = _block_bytes(hidden, c["intermediate_size"], item, f32, main=True)
+    peak = max(
+        text * layers_tapped * fusion,  # layerwise blocks: every token's tapped layers
+        tokens * main + text * layers_tapped * text_dim * item,  # main blocks, beside the fused text input
+    )
+    activation = _scaled("transformer", batch * peak)
+    calls = [
+        AttentionCall(
+            num_heads=batch * text * text_heads,
+            query_len=layers_tapped,
+            key_len=layers_tapped,
+            head_dim=text_dim // text_heads,
+            count=c["num_layerwise_text_blocks"],
+        ),
+        AttentionCall(
+            num_heads=batch * text_heads,
+            query_len=text,
+            key_len=text,
+            head_dim=text_dim // text_heads,
+            has_attn_mask=True,
+            count=c["num_refiner_text_blocks"],
+        ),
+        AttentionCall(
+            num_heads=batch * c["num_attention_heads"],
+            query_len=tokens,
+            key_len=tokens,
+            head_dim=c["attention_head_dim"],
+            has_attn_mask=True,
+            count=c["num_layers"],
+        ),
+    ]
+    return WorkingMemory(activation, calls)
+
+
+# --- VAE decode ---------------------------------------------------------------------------------------------
+
+
+def _conv3d_input_copies(facts: CallFacts) -> int:
+    """Extra copies of a 3x3x3 conv3d's padded input, per input channel and output pixel. PyTorch's CPU slow_conv3d
+    (one fp32 image, and every 16-bit batch) unfolds it into a 27-times buffer; oneDNN (fp32 batches) reorders the
+    three padded frames into its blocked layout. CUDA's kernels need neither."""
+    if facts.device.type != "cpu":
+        return 0
+    return 27 if facts.batch == 1 or facts.dtype != torch.float32 else 3
+
+
+def _causal_resnet(c_in: int, c_out: int, copies: int) -> tuple[int, int]:
+    """(peak elements per pixel, elements per pixel left in the feature cache) of a QwenImageResidualBlock on one
+    frame: each causal conv pads its input to three frames (two zero frames in front), caches a clone of it, and
+    may copy it `copies` more times (see _conv3d_input_copies)."""
+    shortcut = c_out
+    first = shortcut + 2 * c_in + (3 + copies) * c_in + c_out
+    second = shortcut + 2 * c_out + (3 + copies) * c_out + c_out
+    return max(first, second), c_in + c_out
+
+
+def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    c = config_dict(config)
+    base, mult = c["base_dim"], list(c["dim_mult"])
+    dims = [base * m for m in [mult[-1], *reversed(mult)]]
+    item, f32 = facts.dtype.itemsize, fp32_bytes(facts.dtype)
+    h, w = facts.height // LATENT_SCALE, facts.width // LATENT_SCALE
+    pixels = h * w
+    copies = _conv3d_input_copies(facts)
+    # Elements per batch entry: what the feature cache holds so far, and the peak of cache plus working set.
+    cache = c["z_dim"] * pixels  # conv_in's clone of the latent frame
+    resnet_peak, cached = _causal_resnet(dims[0], dims[0], copies)
+    peak = cache + resnet_peak * pixels
+    cache += 2 * cached * pixels  # the mid block's two resnets
+    # Mid attention: norm, qkv and its contiguous copy, output, its reshaped copy, projection.
+    peak = max(peak, cache + 10 * dims[0] * pixels)
+    hidden = dims[0]
+    blocks = len(mult)
+    for i in range(blocks):
+        for _ in range(c["num_res_blocks"] + 1):
+            resnet_peak, cached = _causal_resnet(hidden, dims[i + 1], copies)
+            peak = max(peak, cache + resnet_peak * pixels)
+            cache += cached * pixels
+            hidden = dims[i + 1]
+        if i < blocks - 1:
+            # QwenImageUpsample interpolates in fp32 and casts back, then a 3x3 conv halves the channels.
+            upcast = hidden * 4 * pixels * (f32 + (item if item != f32 else 0)) // item
+            peak = max(peak, cache + hidden * pixels + upcast + hidden // 2 * 4 * pixels)
+            pixels, hidden = 4 * pixels, hidden // 2
+    # Head: norm, activation, the padded copy (and its copies) and conv_out's output, beside the block output.
+    peak = max(peak, cache + ((6 + copies) * hidden + c.get("input_channels", 3)) * pixels)
+    activation = _scaled("vae_decode", facts.batch * peak * item)
+    call = AttentionCall(num_heads=facts.batch, query_len=h * w, key_len=h * w, head_dim=dims[0])
+    return WorkingMemory(activation, [call])
+
+
+ESTIMATORS = {
+    (FAMILY, "text_encoder"): text_encoder,
+    (FAMILY, "transformer"): transformer,
+    (FAMILY, "vae_decode"): vae_decode,
+}

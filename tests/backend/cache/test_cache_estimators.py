@@ -1,0 +1,199 @@
+"""Every registered working-memory estimator prices its attention: what the dispatcher would materialise moves the
+total, by exactly the largest call's score matrix, for the demo configs and the real SD-1.5 / Krea-2 configs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from invokeai.backend.attention import install_attention, uninstall_attention
+from invokeai.backend.attention.score_matrix import bytes_per_score_element, causal_mask_bytes
+from invokeai.backend.cache.estimate import AttentionCall
+from invokeai.backend.cache.working_memory import (
+    ESTIMATORS,
+    CallFacts,
+    WorkingMemory,
+    estimate_working_memory,
+    model_component,
+)
+from invokeai.backend.models import krea2, sd1
+from invokeai.backend.models.config_variants import get_variant
+
+# Krea-2 ships no text-encoder config (it taps Qwen3-VL-4B, whose text width is the transformer's text_hidden_dim):
+# these are that model's text-config values.
+QWEN3_VL_4B_TEXT = {
+    "text_config": dict(
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+    )
+}
+FUSED = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+CPU = torch.device("cpu")
+Dispatcher = Callable[..., Any]  # conftest's stand-in factory
+
+
+def config_for(family: str, component: str, variant: str) -> Any:
+    if (family, component, variant) == ("krea2", "text_encoder", "krea2"):
+        return QWEN3_VL_4B_TEXT
+    return get_variant(variant).component_config(model_component(component))
+
+
+CASES = [
+    pytest.param(family, component, variant, id=f"{variant}/{component}")
+    for family, component in ESTIMATORS
+    for variant in (f"{family}-demo", family)
+]
+
+
+def facts(size: int = 512, **overrides: Any) -> CallFacts:
+    return CallFacts(CPU, torch.float16, width=size, height=size, **overrides)
+
+
+def priced(family: str, component: str, variant: str, size: int) -> WorkingMemory:
+    return estimate_working_memory(family, component, config_for(family, component, variant), facts(size))
+
+
+def independent_bytes(call: AttentionCall, dtype: torch.dtype) -> int:
+    """The math kernel's bytes for one call, from the score-matrix constants, not through the dispatcher."""
+    full = call.num_heads * call.query_len * call.key_len * bytes_per_score_element("cpu", dtype)
+    if call.is_causal and not call.has_attn_mask:
+        full += causal_mask_bytes(call.query_len, call.key_len, dtype)
+    return full
+
+
+def test_every_family_component_has_an_estimator() -> None:
+    for family in (sd1, krea2):
+        covered = {model_component(c) for f, c in ESTIMATORS if f == family.FAMILY}
+        assert covered == set(family.MODEL_COMPONENTS), family.FAMILY
+
+
+@pytest.mark.parametrize(("family", "component", "variant"), CASES)
+def test_math_costs_more_than_a_fused_kernel(dispatcher: Dispatcher, family: str, component: str, variant: str) -> None:
+    dispatcher("MATH")
+    install_attention("auto")
+    math = priced(family, component, variant, 512)
+    math_total = math.total(CPU, torch.float16)
+    uninstall_attention()  # the router binds the dispatcher when installed
+    dispatcher(*FUSED)
+    install_attention("auto")
+    fused_total = priced(family, component, variant, 512).total(CPU, torch.float16)
+    assert math.attention_calls, "an estimator without attention calls cannot price a score matrix"
+    assert math_total > fused_total == math.activation_bytes > 0
+
+
+@pytest.mark.parametrize(("family", "component", "variant"), CASES)
+def test_pinned_math_adds_exactly_the_largest_score_matrix(
+    dispatcher: Dispatcher, family: str, component: str, variant: str
+) -> None:
+    dispatcher(*FUSED)
+    install_attention("auto")
+    auto = priced(family, component, variant, 1024)
+    auto_total = auto.total(CPU, torch.float16)  # totals ask the dispatcher installed when they are taken
+    install_attention("math")
+    pinned = priced(family, component, variant, 1024)
+    assert pinned.attention_calls == auto.attention_calls
+    expected = max(independent_bytes(call, torch.float16) for call in auto.attention_calls)
+    assert pinned.total(CPU, torch.float16) - auto_total == expected
+
+
+def test_calls_run_one_at_a_time_so_only_the_largest_is_reserved(dispatcher: Dispatcher) -> None:
+    dispatcher("MATH")
+    install_attention("auto")
+    calls = [AttentionCall(8, 1024, 1024, 64, count=10), AttentionCall(8, 512, 512, 64, count=3)]
+    memory = WorkingMemory(1000, calls)
+    assert memory.total(CPU, torch.float32) == 1000 + 8 * 1024 * 1024 * bytes_per_score_element("cpu", torch.float32)
+
+
+def largest(memory: WorkingMemory) -> AttentionCall:
+    return max(memory.attention_calls, key=lambda c: c.num_heads * c.query_len * c.key_len)
+
+
+def test_real_sd15_unet_self_attention_at_512() -> None:
+    """The review's example: 8 heads x 4096^2 per self-attention call at the first level, doubled by guidance."""
+    unet = priced("sd-1", "unet", "sd-1", 512)
+    call = largest(unet)
+    assert (call.num_heads, call.query_len, call.key_len, call.head_dim) == (2 * 8, 4096, 4096, 40)
+    # Two down-block and three up-block transformers at the first level.
+    assert call.count == 5
+    # On CUDA (17 bytes per element) that is 16 x 4096^2 x 17 bytes, 4.25 GiB, per call.
+    assert call.score_matrix_bytes("cuda", torch.float16) == 16 * 4096**2 * 17
+
+
+@pytest.mark.parametrize(
+    ("family", "component", "shape"),
+    [
+        ("sd-1", "text_encoder", (12, 77, 77, 64, False, True, 12)),
+        ("sd-1", "unet", (16, 16384, 16384, 40, False, False, 5)),
+        ("sd-1", "vae_decode", (1, 16384, 16384, 512, False, False, 1)),
+        ("sd-1", "vae_encode", (1, 16384, 16384, 512, False, False, 1)),
+        ("krea2", "text_encoder", (32, 546, 546, 128, True, False, 36)),
+        ("krea2", "transformer", (48, 4608, 4608, 128, True, False, 28)),
+        ("krea2", "vae_decode", (1, 16384, 16384, 384, False, False, 1)),
+    ],
+)
+def test_real_configs_at_1024_attend_where_the_models_do(family: str, component: str, shape: tuple) -> None:
+    call = largest(priced(family, component, family, 1024))
+    assert (
+        call.num_heads,
+        call.query_len,
+        call.key_len,
+        call.head_dim,
+        call.has_attn_mask,
+        call.is_causal,
+        call.count,
+    ) == shape
+
+
+def test_krea2_transformer_lists_all_three_attention_kinds() -> None:
+    calls = priced("krea2", "transformer", "krea2", 1024).attention_calls
+    layerwise, refiner, main = calls
+    assert (layerwise.num_heads, layerwise.query_len, layerwise.head_dim, layerwise.count) == (512 * 20, 12, 128, 2)
+    assert (refiner.num_heads, refiner.query_len, refiner.has_attn_mask, refiner.count) == (20, 512, True, 2)
+    assert main.query_len == 512 + (1024 // 16) ** 2
+
+
+def test_guidance_doubles_the_sd_unet_batch_but_not_krea2s() -> None:
+    sd = get_variant("sd-1").component_config("unet")
+    k2 = get_variant("krea2").component_config("transformer")
+    for guidance in (True, False):
+        sd_call = largest(ESTIMATORS[("sd-1", "unet")](sd, facts(guidance=guidance)))
+        k2_call = largest(ESTIMATORS[("krea2", "transformer")](k2, facts(guidance=guidance)))
+        assert sd_call.num_heads == (16 if guidance else 8)
+        assert k2_call.num_heads == 48
+
+
+def test_activation_grows_with_resolution_and_batch() -> None:
+    for family, component in ESTIMATORS:
+        config = config_for(family, component, family)
+        small = ESTIMATORS[(family, component)](config, facts(512)).activation_bytes
+        batched = ESTIMATORS[(family, component)](config, facts(512, batch=2)).activation_bytes
+        assert batched >= 2 * small - 2, (family, component)
+        if component != "text_encoder":
+            large = ESTIMATORS[(family, component)](config, facts(1024)).activation_bytes
+            assert large > 2 * small, (family, component)
+
+
+def test_configs_as_loaded_objects_and_as_dicts_agree() -> None:
+    from diffusers import UNet2DConditionModel
+    from transformers import CLIPTextConfig
+
+    unet_dict = get_variant("sd-1-demo").component_config("unet")
+    frozen = UNet2DConditionModel.load_config(get_variant("sd-1-demo").path / "unet")
+    assert ESTIMATORS[("sd-1", "unet")](frozen, facts()) == ESTIMATORS[("sd-1", "unet")](unet_dict, facts())
+    text_dict = get_variant("sd-1").component_config("text_encoder")
+    text_config = CLIPTextConfig(**text_dict)
+    assert ESTIMATORS[("sd-1", "text_encoder")](text_config, facts()) == ESTIMATORS[("sd-1", "text_encoder")](
+        text_dict, facts()
+    )
+
+
+def test_an_unknown_component_names_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="sd-1/unet"):
+        estimate_working_memory("sd-1", "controlnet", {}, facts())
