@@ -1,0 +1,184 @@
+"""The model cache: models loaded on demand and kept in RAM up to a byte limit (least recently used evicted first),
+and moved to the execution device for a node after its working memory has been reserved there.
+
+A node asks `on_device(key, loader, working_memory_bytes)` with an estimate from `working_memory.ESTIMATORS`; the
+cache reserves max(estimate, device_working_mem_bytes) on top of the model itself by offloading other models to the
+CPU, least recently used first, until the device reports that much free. Models stay on the device after the node
+(the next node often needs the same one) until a reservation needs the room. On the CPU nothing moves.
+
+Thread-safe: one lock guards the bookkeeping; a model in use by a node is never evicted or offloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+Loader = Callable[[], torch.nn.Module]
+
+
+def model_bytes(model: torch.nn.Module) -> int:
+    """Parameter and buffer bytes (quantized parameters count their packed bytes)."""
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
+# Device queries, module-level so tests can stand in for a GPU on a CPU-only machine.
+def reserves_device_memory(device: torch.device) -> bool:
+    """Devices whose memory the cache manages; on others (CPU, MPS's unified memory) models run where they are."""
+    return device.type == "cuda"
+
+
+def device_free_bytes(device: torch.device) -> int:
+    """What a new allocation can use: free memory on the device plus blocks PyTorch's allocator holds unused."""
+    free, _total = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def release_cached_blocks(device: torch.device) -> None:
+    """Return the allocator's unused blocks to the driver, so the next free-memory reading sees offloaded models."""
+    torch.cuda.empty_cache()
+
+
+@dataclass
+class _Entry:
+    model: torch.nn.Module
+    size: int
+    on_device: bool = False
+    in_use: int = 0
+
+
+class ModelCache:
+    def __init__(self, max_cache_ram_bytes: int, execution_device: torch.device, device_working_mem_bytes: int) -> None:
+        self.max_cache_ram_bytes = max_cache_ram_bytes
+        device = torch.device(execution_device)
+        if device.type == "cuda" and device.index is None:
+            # Parameters report an indexed device; compare like with like.
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.execution_device = device
+        self.device_working_mem_bytes = device_working_mem_bytes
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
+        self._lock = threading.RLock()
+        self._hits = self._misses = self._evictions = self._offloads = 0
+        self._last_reservation: dict[str, Any] | None = None
+
+    # --- RAM ------------------------------------------------------------------------------------------------
+
+    def load(self, key: str, loader: Loader) -> torch.nn.Module:
+        """The model under `key`, loaded by `loader` on a miss. A model larger than the whole cache is returned but
+        not kept; otherwise the least recently used models that are not in use are evicted until it fits."""
+        with self._lock:
+            return self._load_entry(key, loader).model
+
+    def _load_entry(self, key: str, loader: Loader) -> _Entry:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._hits += 1
+            self._entries.move_to_end(key)
+            return entry
+        self._misses += 1
+        model = loader()
+        entry = _Entry(model, model_bytes(model), on_device=self._is_on_execution_device(model))
+        if self._make_room(entry.size):
+            self._entries[key] = entry
+        else:
+            logger.info("model %s (%d MiB) does not fit in the model cache; it is not kept", key, entry.size >> 20)
+        return entry
+
+    def _make_room(self, size: int) -> bool:
+        if size > self.max_cache_ram_bytes:
+            return False
+        for key in list(self._entries):
+            if self._cached_bytes() + size <= self.max_cache_ram_bytes:
+                break
+            if self._entries[key].in_use == 0:
+                del self._entries[key]
+                self._evictions += 1
+        return self._cached_bytes() + size <= self.max_cache_ram_bytes
+
+    def _cached_bytes(self) -> int:
+        return sum(entry.size for entry in self._entries.values())
+
+    # --- execution device -----------------------------------------------------------------------------------
+
+    @contextmanager
+    def on_device(self, key: str, loader: Loader, working_memory_bytes: int) -> Iterator[torch.nn.Module]:
+        """The model on the execution device, with max(working_memory_bytes, the floor) reserved beside it."""
+        device = self.execution_device
+        with self._lock:
+            entry = self._load_entry(key, loader)
+            reserved = max(working_memory_bytes, self.device_working_mem_bytes)
+            needed = reserved + (0 if entry.on_device else entry.size)
+            short = self._reserve(entry, needed) if reserves_device_memory(device) else 0
+            if not entry.on_device:
+                entry.model.to(device)
+                entry.on_device = True
+            self._last_reservation = {
+                "key": key,
+                "device": str(device),
+                "working_memory_bytes": working_memory_bytes,
+                "floor_bytes": self.device_working_mem_bytes,
+                "reserved_bytes": reserved,
+                "short_bytes": short,
+            }
+            entry.in_use += 1
+        try:
+            yield entry.model
+        finally:
+            with self._lock:
+                entry.in_use -= 1
+
+    def _reserve(self, wanted: _Entry, needed: int) -> int:
+        """Offload models other than `wanted` (not in use, least recently used first) until `needed` bytes are
+        free on the device; returns how many bytes are still missing (0 when the reservation holds)."""
+        device = self.execution_device
+        free = device_free_bytes(device)
+        for entry in list(self._entries.values()):
+            if free >= needed:
+                break
+            if entry is wanted or not entry.on_device or entry.in_use:
+                continue
+            entry.model.to("cpu")
+            entry.on_device = False
+            self._offloads += 1
+            release_cached_blocks(device)
+            free = device_free_bytes(device)
+        if free < needed:
+            logger.warning(
+                "only %d MiB free on %s for a reservation of %d MiB after offloading every idle model",
+                free >> 20,
+                device,
+                needed >> 20,
+            )
+        return max(0, needed - free)
+
+    def _is_on_execution_device(self, model: torch.nn.Module) -> bool:
+        first = next(iter((*model.parameters(), *model.buffers())), None)
+        return first is not None and first.device == self.execution_device
+
+    # --- reporting ------------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "resident": [
+                    {"key": key, "size": entry.size, "on_device": entry.on_device, "in_use": entry.in_use > 0}
+                    for key, entry in self._entries.items()
+                ],
+                "resident_bytes": self._cached_bytes(),
+                "max_cache_ram_bytes": self.max_cache_ram_bytes,
+                "execution_device": str(self.execution_device),
+                "hits": self._hits,
+                "misses": self._misses,
+                "evictions": self._evictions,
+                "offloads": self._offloads,
+                "last_reservation": dict(self._last_reservation) if self._last_reservation else None,
+            }
