@@ -1,0 +1,254 @@
+"""Measure each working-memory estimator against the real peak of its component on this device, for the demo models.
+
+For every registered (family, component) it builds the demo models (build_demo_models, in a temporary folder),
+loads the component, and runs one forward pass (text encoder on a padded prompt; UNet/transformer one denoise step
+with the family's guidance batch; VAE decode/encode) at each size, printing the estimate, the measured peak and their
+ratio, with a fingerprint (device, torch version, dtype, attention_backend). It asserts nothing.
+
+How the peak is measured:
+- CPU (Linux): each component runs in a forked child of a parent that has run no torch op. The child loads the
+  model, builds the inputs, and runs the forward pass once to warm up (thread pools, one-time kernel buffers, code
+  pages); then, per repeat, it frees what it can (gc, malloc_trim), takes the resident set as the baseline, resets
+  the peak (/proc/self/clear_refs) and runs the pass again: the growth of VmHWM over the baseline is the figure.
+  glibc's mmap threshold is pinned at one page, so every tensor gets its own mapping, is unmapped when freed, and
+  the kernel records the peak at each unmap: RSS then follows live tensor bytes instead of heap fragments. The
+  kernel's RSS counters are batched (a few hundred KiB on a small machine), so the batch is raised until the
+  estimate reaches --min-mib, and each row is the median of --repeats runs.
+- CUDA: in this process; torch.cuda.max_memory_allocated over the pass minus memory_allocated before it.
+
+Usage: PYTHONPATH=. python scripts/calibrate_working_memory.py [--device cpu|cuda] [--dtype float32|float16|bfloat16]
+       [--sizes 64,128,256] [--repeats 5] [--attention-backend auto] [--min-mib 8 | --batch N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from invokeai.backend.attention import install_attention
+from invokeai.backend.cache.component_runs import component_run
+from invokeai.backend.cache.working_memory import ESTIMATORS, CallFacts, model_component
+from invokeai.backend.devices import DTYPES
+
+DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2"}
+TEXT_COMPONENTS = ("text_encoder",)  # no resolution: one row each
+M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
+MAX_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Row:
+    family: str
+    component: str
+    size: str
+    batch: int
+    model_bytes: int
+    estimate: int
+    measured: int
+
+    @property
+    def ratio(self) -> float:
+        return self.estimate / self.measured if self.measured > 0 else math.inf
+
+
+def _status_bytes(key: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {key}")
+
+
+def _cpu_peak(run: Any, libc: Any) -> int:
+    gc.collect()
+    libc.malloc_trim(0)
+    baseline = _status_bytes("VmRSS")
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+        clear.write("5")
+    out = run()
+    del out
+    return _status_bytes("VmHWM") - baseline
+
+
+def _cuda_peak(run: Any, device: torch.device) -> int:
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    baseline = torch.cuda.memory_allocated(device)
+    out = run()
+    torch.cuda.synchronize(device)
+    del out
+    return torch.cuda.max_memory_allocated(device) - baseline
+
+
+def _facts(args: argparse.Namespace, size: int, batch: int) -> CallFacts:
+    return CallFacts(torch.device(args.device), DTYPES[args.dtype], width=size, height=size, batch=batch)
+
+
+def _batch_for(estimator: Any, config: Any, args: argparse.Namespace, size: int) -> int:
+    """--batch, else the smallest batch whose estimate reaches --min-mib (1 when the limit is 0)."""
+    if args.batch:
+        return args.batch
+    one = estimator(config, _facts(args, size, 1)).total(args.device, DTYPES[args.dtype])
+    wanted = args.min_mib * 2**20
+    return max(1, min(MAX_BATCH, math.ceil(wanted / one))) if one > 0 else 1
+
+
+def measure_component(family: str, component: str, demo_root: Path, args: argparse.Namespace) -> list[Row]:
+    """Load one component and measure it at every size (runs in a child on CPU)."""
+    from invokeai.backend.models.loaders import load_component
+    from invokeai.backend.models.probe import probe_model
+
+    device, dtype = torch.device(args.device), DTYPES[args.dtype]
+    install_attention(args.attention_backend, device)
+    model = load_component(
+        probe_model(demo_root / DEMO_FOLDERS[family]), model_component(component), device=device, dtype=dtype
+    )
+    model_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    estimator = ESTIMATORS[(family, component)]
+    libc = ctypes.CDLL("libc.so.6") if device.type == "cpu" else None
+    rows = []
+    sizes = args.sizes[:1] if component in TEXT_COMPONENTS else args.sizes
+    for size in sizes:
+        batch = _batch_for(estimator, model.config, args, size)
+        facts = _facts(args, size, batch)
+        estimate = estimator(model.config, facts).total(device, dtype)
+        with torch.inference_mode():
+            run = component_run(family, component, model, facts)
+            out = run()  # warm-up
+            del out
+            peaks = [_cpu_peak(run, libc) if libc is not None else _cuda_peak(run, device) for _ in range(args.repeats)]
+        label = "prompt" if component in TEXT_COMPONENTS else f"{size}x{size}"
+        rows.append(Row(family, component, label, batch, model_bytes, estimate, int(statistics.median(peaks))))
+    return rows
+
+
+def _in_child(function: Any, *args: Any) -> Any:
+    """Run `function(*args)` in a forked child and return its JSON-able result."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read_end)
+            torch.set_num_threads(1)
+            with os.fdopen(write_end, "w") as pipe:
+                json.dump(function(*args), pipe)
+            status = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not data:
+        raise RuntimeError(f"child for {function.__name__}{args[:2]} failed (status {status})")
+    return json.loads(data)
+
+
+def _build_demos(root: Path) -> list[str]:
+    from invokeai.backend.models.demo import KREA2_NAME, SD1_NAME, build_demo_models
+
+    return [model.name for model in build_demo_models(root, (SD1_NAME, KREA2_NAME))]
+
+
+def _import_component_classes(root: Path) -> None:
+    """Import every model class the demo folders name, once, before the children fork: each child then starts
+    from loaded modules instead of spending seconds importing diffusers and transformers."""
+    from invokeai.backend.models.load_diffusers import component_class
+
+    for family, component in ESTIMATORS:
+        component_class(root / DEMO_FOLDERS[family], model_component(component))
+    from diffusers import Krea2Pipeline  # noqa: F401  (component_runs takes its position ids from it)
+
+
+def _measure_as_dicts(family: str, component: str, root: str, args: argparse.Namespace) -> list[dict]:
+    return [row.__dict__ for row in measure_component(family, component, Path(root), args)]
+
+
+def fingerprint(args: argparse.Namespace) -> str:
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+                name = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+    return (
+        f"device={device.type} ({name}) torch={torch.__version__} dtype={args.dtype} "
+        f"attention_backend={args.attention_backend}"
+    )
+
+
+def print_table(rows: list[Row], args: argparse.Namespace) -> None:
+    print(f"# {fingerprint(args)}")
+    header = f"{'family':7} {'component':13} {'size':8} {'batch':>5} {'model MiB':>9} {'estimate MiB':>12} "
+    print(header + f"{'measured MiB':>12} {'ratio':>6}")
+    for row in rows:
+        print(
+            f"{row.family:7} {row.component:13} {row.size:8} {row.batch:5d} {row.model_bytes / 2**20:9.2f} "
+            f"{row.estimate / 2**20:12.3f} {row.measured / 2**20:12.3f} {row.ratio:6.2f}"
+        )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--sizes", default="64,128,256", type=lambda text: [int(s) for s in text.split(",")])
+    parser.add_argument("--repeats", default=5, type=int)
+    parser.add_argument("--attention-backend", default="auto")
+    parser.add_argument("--batch", default=0, type=int, help="one batch for every row instead of --min-mib's")
+    parser.add_argument("--min-mib", default=None, type=float, help="CPU default 8, CUDA default 0 (batch 1)")
+    args = parser.parse_args(argv)
+    if args.min_mib is None:
+        args.min_mib = 8.0 if args.device == "cpu" else 0.0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before diffusers loads huggingface_hub: nothing may download
+    args = parse_args(argv)
+    cpu = args.device == "cpu"
+    if cpu:
+        if not (sys.platform.startswith("linux") and os.path.exists("/proc/self/clear_refs")):
+            print("CPU calibration needs Linux (/proc/self/clear_refs resets the peak resident set)")
+            return 1
+        # Before any tensor exists, so every tensor of a page or more is its own mapping (see the docstring).
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 4096)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="calibrate-wm-") as tmp:
+        # The build runs torch ops; in a child, so the parent forks measurement children with no thread pool.
+        _in_child(_build_demos, Path(tmp)) if cpu else _build_demos(Path(tmp))
+        _import_component_classes(Path(tmp))
+        for family, component in ESTIMATORS:
+            if cpu:
+                found = _in_child(_measure_as_dicts, family, component, tmp, args)
+                rows += [Row(**row) for row in found]
+            else:
+                rows += measure_component(family, component, Path(tmp), args)
+    print_table(rows, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
