@@ -1,0 +1,171 @@
+"""Krea-2 nodes: prompt -> conditioning (tapped Qwen3-VL layers), conditioning -> latents, latents -> image.
+
+Each node resolves its model, reserves working memory for its call and runs `invokeai.backend.generation.krea2`,
+which computes what diffusers' Krea2Pipeline computes. A model that lacks a component (a GGUF file holds only the
+transformer) gets it from the installed Krea-2 pipeline the model manager pairs it with, so one name serves every
+node; a graph may also name a different model per node.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import field_validator
+
+from invokeai.app.nodes.base import BaseInvocation, InputField, InvocationContext
+from invokeai.app.nodes.image import MAX_DIMENSION, ImageOutput
+from invokeai.app.nodes.model_fields import (
+    SEED_MAX,
+    ConditioningField,
+    ConditioningOutput,
+    LatentsField,
+    LatentsOutput,
+    ModelIdentifier,
+    ModelInputField,
+)
+from invokeai.app.nodes.model_use import TensorKind, call_facts, family_model, provider, reserved
+from invokeai.backend.models import krea2 as krea2_family
+
+if TYPE_CHECKING:
+    from invokeai.app.services.model_records import ModelRecord
+    from invokeai.backend.generation.krea2 import Krea2Settings
+
+FAMILY = krea2_family.FAMILY
+LATENT_SCALE = 8  # the Qwen-Image VAE
+SIZE_MULTIPLE = 16  # the VAE's 8 times the transformer's 2x2 patches
+MAX_SEQUENCE_LENGTH = 512  # Krea2Pipeline's default: prompts are padded to this many tokens
+
+CONDITIONING = TensorKind("conditioning", ("krea2_embeds", "krea2_mask"), "krea2_text_encoder")
+LATENTS = TensorKind("latents", ("krea2_latents",), "krea2_denoise")
+
+MODEL_DESCRIPTION = "The Krea-2 model (a GGUF transformer gets this component from its paired Krea-2 pipeline)"
+
+
+def _pipeline_settings(record: ModelRecord) -> Krea2Settings:
+    """The pipeline options in the model folder's model_index.json (the defaults where it has none)."""
+    from invokeai.backend.generation.krea2 import Krea2Settings
+
+    index = Path(record.path) / "model_index.json"
+    return Krea2Settings.from_model_index(json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {})
+
+
+class Krea2TextEncoderInvocation(BaseInvocation):
+    """A prompt encoded by the model's Qwen3-VL text model: the hidden states of the layers the pipeline taps, for
+    krea2_denoise's positive or negative conditioning."""
+
+    type: Literal["krea2_text_encoder"] = "krea2_text_encoder"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    prompt: str = InputField(default="", description="The prompt")
+
+    def invoke(self, context: InvocationContext) -> ConditioningOutput:
+        from invokeai.backend.generation import krea2
+
+        source = provider(context, family_model(context, self.model, FAMILY), "text_encoder")
+        tokenizer = context.models.load(source, "tokenizer")
+        # encode_prompt always passes the padding mask, which is what `text_padded` prices.
+        facts = call_facts(context, prompt_tokens=MAX_SEQUENCE_LENGTH, text_padded=True)
+        with reserved(context, source, "text_encoder", facts) as text_encoder:
+            embeds, mask = krea2.encode_prompt(
+                text_encoder,
+                tokenizer,
+                self.prompt,
+                context.models.device,
+                select_layers=_pipeline_settings(source).select_layers,
+                max_sequence_length=MAX_SEQUENCE_LENGTH,
+            )
+        return ConditioningOutput(
+            conditioning=ConditioningField(conditioning_name=CONDITIONING.save(context, embeds, mask))
+        )
+
+
+class Krea2DenoiseInvocation(BaseInvocation):
+    """Latents denoised by the model's transformer with flow-matching Euler and the pipeline's dynamic shift."""
+
+    type: Literal["krea2_denoise"] = "krea2_denoise"
+    model: ModelIdentifier = ModelInputField(description="The Krea-2 model or GGUF transformer")
+    positive_conditioning: ConditioningField = InputField(description="What the image shows (krea2_text_encoder)")
+    negative_conditioning: ConditioningField | None = InputField(
+        default=None, description="What the image avoids (krea2_text_encoder); needed when guidance_scale > 0"
+    )
+    width: int = InputField(default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The width, a multiple of 16")
+    height: int = InputField(
+        default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The height, a multiple of 16"
+    )
+    steps: int = InputField(default=28, ge=1, le=1000, description="The number of denoising steps")
+    guidance_scale: float = InputField(
+        default=4.5, ge=0.0, le=100.0, description="Classifier-free guidance (Krea-2's convention); 0 turns it off"
+    )
+    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
+
+    @field_validator("width", "height")
+    @classmethod
+    def _multiple_of_16(cls, value: int) -> int:
+        if value % SIZE_MULTIPLE:
+            raise ValueError(f"must be a multiple of {SIZE_MULTIPLE}, got {value}")
+        return value
+
+    def invoke(self, context: InvocationContext) -> LatentsOutput:
+        from invokeai.backend.generation import krea2
+
+        record = family_model(context, self.model, FAMILY)
+        embeds, mask = CONDITIONING.load(context, self.positive_conditioning.conditioning_name)
+        guided = self.guidance_scale > 0
+        negative_embeds = negative_mask = None
+        if guided:
+            if self.negative_conditioning is None:
+                raise ValueError('guidance_scale > 0 needs negative_conditioning (encode the negative prompt, or "")')
+            negative_embeds, negative_mask = CONDITIONING.load(context, self.negative_conditioning.conditioning_name)
+        pipeline = provider(context, record, "scheduler")
+        settings = _pipeline_settings(pipeline)
+        scheduler = krea2_family.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
+
+        def on_step(step: int, total: int, latents: object) -> None:
+            # Also the cancel check. No preview: Krea-2 latents have no cheap RGB approximation.
+            context.progress(step, total)
+
+        facts = call_facts(
+            context, width=self.width, height=self.height, prompt_tokens=embeds.shape[1], guidance=guided
+        )
+        # INVOKE_KREA2_SDPA_BACKEND (the SDPA window and per-step benchmark) is read by krea2.denoise itself.
+        with reserved(context, record, "transformer", facts) as transformer:
+            latents = krea2.denoise(
+                transformer,
+                scheduler,
+                prompt_embeds=embeds,
+                prompt_mask=mask,
+                negative_embeds=negative_embeds,
+                negative_mask=negative_mask,
+                width=self.width,
+                height=self.height,
+                steps=self.steps,
+                guidance_scale=self.guidance_scale,
+                seed=self.seed,
+                device=context.models.device,
+                dtype=context.models.dtype,
+                on_step=on_step,
+                is_distilled=settings.is_distilled,
+                patch_size=settings.patch_size,
+            )
+        field = LatentsField(latents_name=LATENTS.save(context, latents))
+        return LatentsOutput(latents=field, width=self.width, height=self.height)
+
+
+class Krea2VaeDecodeInvocation(BaseInvocation):
+    """The image the model's Qwen-Image VAE decodes from latents."""
+
+    type: Literal["krea2_vae_decode"] = "krea2_vae_decode"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    latents: LatentsField = InputField(description="The latents to decode (krea2_denoise)")
+
+    def invoke(self, context: InvocationContext) -> ImageOutput:
+        from invokeai.backend.generation import krea2
+
+        source = provider(context, family_model(context, self.model, FAMILY), "vae")
+        (latents,) = LATENTS.load(context, self.latents.latents_name)
+        height, width = (side * LATENT_SCALE for side in latents.shape[-2:])
+        facts = call_facts(context, width=width, height=height)
+        with reserved(context, source, "vae", facts, operation="vae_decode") as vae:
+            image = krea2.vae_decode(vae, latents)
+        return ImageOutput.of(context.save_image(image), image)

@@ -1,0 +1,59 @@
+"""What generation nodes pass along edges (conditioning, latents) and how their inputs name a model.
+
+Tensors do not travel in the graph: a node stores them in the context's tensor store and passes their name, so a
+queue item's results stay small JSON and a tensor is read only by the node that uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from invokeai.app.nodes.base import BaseInvocationOutput, InputField, OutputField
+from invokeai.app.services.model_records import ModelIdentifier
+
+__all__ = [
+    "SEED_MAX",
+    "ConditioningField",
+    "ConditioningOutput",
+    "LatentsField",
+    "LatentsOutput",
+    "ModelIdentifier",
+    "ModelInputField",
+]
+
+SEED_MAX = 2**32 - 1  # InvokeAI's seed range, so seeds carry over from its clients
+
+
+class ConditioningField(BaseModel):
+    """Prompt conditioning made by a text-encoder node, held in the tensor store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conditioning_name: str = Field(description="The name of the conditioning tensors in the tensor store")
+
+
+class LatentsField(BaseModel):
+    """Latents made by a denoise or VAE-encode node, held in the tensor store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    latents_name: str = Field(description="The name of the latents tensor in the tensor store")
+
+
+class ConditioningOutput(BaseInvocationOutput):
+    type: Literal["conditioning_output"] = "conditioning_output"
+    conditioning: ConditioningField = OutputField(description="The conditioning")
+
+
+class LatentsOutput(BaseInvocationOutput):
+    type: Literal["latents_output"] = "latents_output"
+    latents: LatentsField = OutputField(description="The latents")
+    width: int = OutputField(description="The width in pixels of the image the latents decode to")
+    height: int = OutputField(description="The height in pixels of the image the latents decode to")
+
+
+def ModelInputField(*, description: str) -> Any:  # named like InputField, which it wraps
+    """A required model input; the value is an installed model's record key or name."""
+    return InputField(description=f'{description}; {{"key": "..."}} or {{"name": "..."}} of an installed model')

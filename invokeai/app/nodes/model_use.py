@@ -1,0 +1,74 @@
+"""What every generation node does with models and tensors: resolve a model of the right family, find the model
+that provides a component, reserve working memory for a call, and store or read tagged tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
+
+if TYPE_CHECKING:
+    import torch
+
+    from invokeai.app.nodes.context import InvocationContext
+    from invokeai.app.services.model_records import ModelIdentifier, ModelRecord
+
+
+def family_model(context: InvocationContext, ident: ModelIdentifier, family: str) -> ModelRecord:
+    """The record `ident` names; a model of another family is refused here, before anything is loaded, with a
+    message that names both families rather than a shape error from deep inside a forward pass."""
+    record = context.models.resolve(ident)
+    if record.family != family:
+        raise ValueError(
+            f"model {record.name!r} is of the {record.family} family; {context.node_type} needs a model of the "
+            f"{family} family"
+        )
+    return record
+
+
+def provider(context: InvocationContext, record: ModelRecord, component: str) -> ModelRecord:
+    """The record that provides `component`: the model itself, or, for a lone transformer (a GGUF file), the
+    installed pipeline of its family the manager pairs it with."""
+    if component in context.models.components(record):
+        return record
+    return context.models.companion(record, component)
+
+
+def call_facts(context: InvocationContext, **facts: Any) -> CallFacts:
+    """The facts of one call on the manager's execution device and dtype (see CallFacts for the rest)."""
+    return CallFacts(device=context.models.device, dtype=context.models.dtype, **facts)
+
+
+@contextmanager
+def reserved(
+    context: InvocationContext, record: ModelRecord, component: str, facts: CallFacts, operation: str | None = None
+) -> Iterator[Any]:
+    """`component` of `record` on the execution device, with the working memory its estimator gives for `facts`
+    reserved beside it. `operation` is the estimator's name for the call when it differs from the component's
+    (vae_decode, vae_encode)."""
+    config = context.models.load(record, component).config
+    estimate = estimate_working_memory(record.family, operation or component, config, facts)
+    with context.models.on_device(record, component, estimate.total(facts.device, facts.dtype)) as module:
+        yield module
+
+
+@dataclass(frozen=True)
+class TensorKind:
+    """One kind of tensors that nodes store: the keys they are saved under (unique to the kind, so a name of the
+    wrong kind is recognised), and the node types that make them, for the error message."""
+
+    what: str
+    keys: tuple[str, ...]
+    made_by: str
+
+    def save(self, context: InvocationContext, *tensors: torch.Tensor) -> str:
+        return context.tensors.save(dict(zip(self.keys, tensors, strict=True)))
+
+    def load(self, context: InvocationContext, name: str) -> tuple[torch.Tensor, ...]:
+        stored = context.tensors.load(name)
+        if not isinstance(stored, dict) or set(stored) != set(self.keys):
+            raise ValueError(f"{self.what} {name!r} was not made by {self.made_by}, which {context.node_type} needs")
+        return tuple(stored[key] for key in self.keys)

@@ -1,0 +1,178 @@
+"""Stable Diffusion 1.x nodes: prompt -> conditioning, conditioning (+ latents) -> latents, latents <-> image.
+
+Each node resolves its model, reserves working memory for its call and runs `invokeai.backend.generation.sd1`, which
+computes what diffusers' StableDiffusion(Img2Img)Pipeline computes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import field_validator
+
+from invokeai.app.nodes.base import BaseInvocation, ImageField, InputField, InvocationContext
+from invokeai.app.nodes.image import MAX_DIMENSION, ImageOutput
+from invokeai.app.nodes.model_fields import (
+    SEED_MAX,
+    ConditioningField,
+    ConditioningOutput,
+    LatentsField,
+    LatentsOutput,
+    ModelIdentifier,
+    ModelInputField,
+)
+from invokeai.app.nodes.model_use import TensorKind, call_facts, family_model, reserved
+from invokeai.backend.models import sd1 as sd1_family
+
+FAMILY = sd1_family.FAMILY
+LATENT_SCALE = 8  # SD-1 VAEs downsample by 8
+
+CONDITIONING = TensorKind("conditioning", ("sd1_clip_embeds",), "sd_text_encoder")
+LATENTS = TensorKind("latents", ("sd1_latents",), "sd_denoise or sd_vae_encode")
+
+MODEL_DESCRIPTION = "The SD-1 model"
+
+
+class SDTextEncoderInvocation(BaseInvocation):
+    """A prompt encoded by the model's CLIP text encoder, for sd_denoise's positive or negative conditioning."""
+
+    type: Literal["sd_text_encoder"] = "sd_text_encoder"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    prompt: str = InputField(default="", description="The prompt")
+
+    def invoke(self, context: InvocationContext) -> ConditioningOutput:
+        from invokeai.backend.generation import sd1
+
+        record = family_model(context, self.model, FAMILY)
+        tokenizer = context.models.load(record, "tokenizer")
+        with reserved(context, record, "text_encoder", call_facts(context)) as text_encoder:
+            embeds = sd1.encode_prompt(text_encoder, tokenizer, self.prompt, context.models.device)
+        return ConditioningOutput(conditioning=ConditioningField(conditioning_name=CONDITIONING.save(context, embeds)))
+
+
+class SDDenoiseInvocation(BaseInvocation):
+    """Latents denoised by the model's UNet: from noise (text-to-image), or from `latents` (image-to-image), starting
+    `denoising_strength` of the way into the schedule. Reports every step with a small preview."""
+
+    type: Literal["sd_denoise"] = "sd_denoise"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    positive_conditioning: ConditioningField = InputField(description="What the image shows (sd_text_encoder)")
+    negative_conditioning: ConditioningField | None = InputField(
+        default=None, description="What the image avoids (sd_text_encoder); needed when cfg_scale > 1"
+    )
+    latents: LatentsField | None = InputField(
+        default=None, description="Latents to start from (sd_vae_encode), for image-to-image; their size must match"
+    )
+    denoising_strength: float = InputField(
+        default=1.0, ge=0.0, le=1.0, description="With latents: how much of the schedule to run (1: all of it)"
+    )
+    width: int = InputField(default=512, ge=LATENT_SCALE, le=MAX_DIMENSION, description="The width, a multiple of 8")
+    height: int = InputField(default=512, ge=LATENT_SCALE, le=MAX_DIMENSION, description="The height, a multiple of 8")
+    steps: int = InputField(default=30, ge=1, le=1000, description="The number of denoising steps")
+    cfg_scale: float = InputField(default=7.5, ge=1.0, le=100.0, description="Classifier-free guidance; 1 turns it off")
+    scheduler: Literal["euler", "ddim", "dpmpp_2m"] = InputField(default="euler", description="The sampler")
+    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
+
+    @field_validator("width", "height")
+    @classmethod
+    def _multiple_of_8(cls, value: int) -> int:
+        if value % LATENT_SCALE:
+            raise ValueError(f"must be a multiple of {LATENT_SCALE}, got {value}")
+        return value
+
+    def invoke(self, context: InvocationContext) -> LatentsOutput:
+        from invokeai.backend.generation import sd1
+
+        record = family_model(context, self.model, FAMILY)
+        (positive,) = CONDITIONING.load(context, self.positive_conditioning.conditioning_name)
+        guided = self.cfg_scale > 1.0
+        if guided and self.negative_conditioning is None:
+            raise ValueError('cfg_scale > 1 needs negative_conditioning (encode the negative prompt, or "")')
+        # Without guidance the negative conditioning is never read; the positive one fills its place.
+        negative = positive
+        if guided and self.negative_conditioning is not None:
+            (negative,) = CONDITIONING.load(context, self.negative_conditioning.conditioning_name)
+        init_latents = None
+        if self.latents is not None:
+            (init_latents,) = LATENTS.load(context, self.latents.latents_name)
+            self._check_size(init_latents.shape[-2:])
+        base = context.models.load(record, "scheduler")
+        scheduler = sd1_family.make_scheduler(self.scheduler, dict(base.config))
+
+        def on_step(step: int, total: int, latents: object) -> None:
+            # Also the cancel check: a canceled item stops here, mid-denoise.
+            context.progress(step, total, sd1.latents_preview(latents))
+
+        facts = call_facts(context, width=self.width, height=self.height, guidance=guided)
+        with reserved(context, record, "unet", facts) as unet:
+            latents = sd1.denoise(
+                unet,
+                scheduler,
+                positive=positive,
+                negative=negative,
+                width=self.width,
+                height=self.height,
+                steps=self.steps,
+                cfg_scale=self.cfg_scale,
+                seed=self.seed,
+                device=context.models.device,
+                dtype=context.models.dtype,
+                init_latents=init_latents,
+                strength=self.denoising_strength,
+                on_step=on_step,
+            )
+        field = LatentsField(latents_name=LATENTS.save(context, latents))
+        return LatentsOutput(latents=field, width=self.width, height=self.height)
+
+    def _check_size(self, latent_size: tuple[int, ...]) -> None:
+        height, width = (side * LATENT_SCALE for side in latent_size)
+        if (width, height) != (self.width, self.height):
+            raise ValueError(
+                f"the latents are of a {width}x{height} image but width x height is {self.width}x{self.height}; "
+                "set width and height to the image's size"
+            )
+
+
+class SDVaeDecodeInvocation(BaseInvocation):
+    """The image the model's VAE decodes from latents."""
+
+    type: Literal["sd_vae_decode"] = "sd_vae_decode"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    latents: LatentsField = InputField(description="The latents to decode (sd_denoise)")
+
+    def invoke(self, context: InvocationContext) -> ImageOutput:
+        from invokeai.backend.generation import sd1
+
+        record = family_model(context, self.model, FAMILY)
+        (latents,) = LATENTS.load(context, self.latents.latents_name)
+        height, width = (side * LATENT_SCALE for side in latents.shape[-2:])
+        facts = call_facts(context, width=width, height=height)
+        with reserved(context, record, "vae", facts, operation="vae_decode") as vae:
+            image = sd1.vae_decode(vae, latents)
+        return ImageOutput.of(context.save_image(image), image)
+
+
+class SDVaeEncodeInvocation(BaseInvocation):
+    """Latents of an image, sampled from the model's VAE posterior, for image-to-image with sd_denoise. Give
+    sd_denoise the same seed to get the image StableDiffusionImg2ImgPipeline makes with that seed."""
+
+    type: Literal["sd_vae_encode"] = "sd_vae_encode"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    image: ImageField = InputField(description="The image; its sides must be multiples of 8")
+    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the posterior sample")
+
+    def invoke(self, context: InvocationContext) -> LatentsOutput:
+        from invokeai.backend.generation import sd1
+
+        record = family_model(context, self.model, FAMILY)
+        image = context.load_image(self.image).convert("RGB")
+        if image.width % LATENT_SCALE or image.height % LATENT_SCALE:
+            raise ValueError(
+                f"image {self.image.image_name} is {image.width}x{image.height}; sd_vae_encode needs sides that are "
+                f"multiples of {LATENT_SCALE} (resize it first with image_resize)"
+            )
+        facts = call_facts(context, width=image.width, height=image.height)
+        with reserved(context, record, "vae", facts, operation="vae_encode") as vae:
+            latents = sd1.vae_encode(vae, image, self.seed)
+        field = LatentsField(latents_name=LATENTS.save(context, latents))
+        return LatentsOutput(latents=field, width=image.width, height=image.height)
