@@ -4,7 +4,8 @@ and moved to the execution device for a node after its working memory has been r
 A node asks `on_device(key, loader, working_memory_bytes)` with an estimate from `working_memory.ESTIMATORS`; the
 cache reserves max(estimate, device_working_mem_bytes) on top of the model itself by offloading other models to the
 CPU, least recently used first, until the device reports that much free. Models stay on the device after the node
-(the next node often needs the same one) until a reservation needs the room. On the CPU nothing moves.
+(the next node often needs the same one) until a reservation needs the room. On the CPU nothing moves. The RAM
+limit counts every cached model wherever it is, since an offload brings it back to RAM.
 
 Thread-safe: one lock guards the bookkeeping; a model in use by a node is never evicted or offloaded.
 """
