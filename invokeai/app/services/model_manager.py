@@ -7,19 +7,21 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from invokeai.app.logging_setup import route_ml_library_logging
 from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord, ModelRecordService
+from invokeai.backend.cache.model_cache import ModelCache
+from invokeai.backend.models import krea2, sd1
 from invokeai.backend.models.loaders import components_of, load_component
 from invokeai.backend.models.probe import ProbeResult
 
-if TYPE_CHECKING:
-    from invokeai.backend.cache import ModelCache
-
 # The Krea-2 pipeline that a lone GGUF transformer borrows its text encoder and VAE from, when it is installed.
 PREFERRED_COMPANION = "demo-krea2"
+# Components that are torch modules (the cache's business); the others are tokenizers and schedulers.
+MODULE_COMPONENTS = {sd1.FAMILY: sd1.MODEL_COMPONENTS, krea2.FAMILY: krea2.MODEL_COMPONENTS}
 
 
 def probe_of(record: ModelRecord) -> ProbeResult:
@@ -46,8 +48,8 @@ class ModelManager:
         self.cache = cache
         self.device = device
         self.dtype = dtype
-        # Tokenizers and scheduler configs: cheap to keep and not modules, so the cache (which prices and moves
-        # modules) has nothing to do with them; kept here so a node does not re-read them from disk every run.
+        # Tokenizers and schedulers: small and not modules, so the cache (which prices and moves modules) does not
+        # take them; kept here so that a node does not read them from disk at every run.
         self._small: dict[str, Any] = {}
         self._small_lock = threading.Lock()
 
@@ -64,19 +66,22 @@ class ModelManager:
     def _loader(self, record: ModelRecord, component: str) -> Any:
         # Loaded on the CPU in the execution dtype: the cache keeps it in RAM and moves it to the device on demand.
         probe = probe_of(record)
-        return lambda: load_component(probe, component, device="cpu", dtype=self.dtype)
+
+        def load() -> Any:
+            route_ml_library_logging()
+            return load_component(probe, component, device="cpu", dtype=self.dtype)
+
+        return load
 
     def load(self, record: ModelRecord, component: str) -> Any:
         """A component of the model: a module (in RAM, from the cache), a tokenizer or a scheduler."""
         key = cache_key(record, component)
+        if component in MODULE_COMPONENTS.get(record.family, ()):
+            return self.cache.load(key, self._loader(record, component))
         with self._small_lock:
-            if key in self._small:
-                return self._small[key]
-        loaded = self.cache.load(key, self._loader(record, component))
-        if not isinstance(loaded, torch.nn.Module):
-            with self._small_lock:
-                self._small[key] = loaded
-        return loaded
+            if key not in self._small:
+                self._small[key] = self._loader(record, component)()
+            return self._small[key]
 
     @contextmanager
     def on_device(self, record: ModelRecord, component: str, working_memory_bytes: int) -> Iterator[torch.nn.Module]:
@@ -104,10 +109,9 @@ class ModelManager:
         return (preferred or candidates)[0]
 
     def forget(self, record: ModelRecord) -> None:
-        """Drop what is loaded of a model whose record was deleted or whose files changed."""
+        """Drop the tokenizers and schedulers of a deleted model. Its modules leave the cache as the least recently
+        used: their keys (the record's key) are never asked for again."""
         prefix = f"{record.key}:"
         with self._small_lock:
             for key in [key for key in self._small if key.startswith(prefix)]:
                 del self._small[key]
-        for component in self.components(record):
-            self.cache.drop(cache_key(record, component))
