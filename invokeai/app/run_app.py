@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from invokeai.app.api.app_factory import create_app
 
-    app = create_app(config)
+    app = create_app(config, demo_models=True)
     serve(app, config.host, config.port, on_exit=app.state.events.close)
     logger.info("Stopped")
     return 0

@@ -1,4 +1,5 @@
-"""The FastAPI app: every resource's router under /api/v1, the services started and stopped with it."""
+"""The FastAPI app: every resource's router under /api/v1 (models under /api/v2), the services started and stopped
+with it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from invokeai.app.api.errors import install_error_handlers
 from invokeai.app.api.routers import app as app_router
 from invokeai.app.api.routers import events as events_router
 from invokeai.app.api.routers import images as images_router
+from invokeai.app.api.routers import models as models_router
 from invokeai.app.api.routers import queue as queue_router
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.container import MEGABYTE, build_services
@@ -21,6 +23,8 @@ from invokeai.app.services.events import EventBus
 from invokeai.app.version import app_version
 
 API_PREFIX = "/api/v1"
+# Models are under v2, as in InvokeAI, whose clients look for them there.
+API_V2_PREFIX = "/api/v2"
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"description": "The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'."}
 }
@@ -28,16 +32,21 @@ UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 MULTIPART_OVERHEAD = 1 * MEGABYTE
 
 
-def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True) -> FastAPI:
+def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_models: bool = False) -> FastAPI:
     """The app; it opens the database and starts the processor only when it starts (its lifespan), so building
-    it touches nothing on disk. run_processor=False: items are queued but never run (for API fuzzing)."""
+    it touches nothing on disk. run_processor=False: items are queued but never run (for API fuzzing).
+    demo_models: at start, before serving, install the demo models if the install_demo_models setting asks and no
+    model is installed (invokeai-web passes True; tests that do not exercise it are spared the seconds it takes)."""
     # The bus exists before the services so that the shutdown signal can end the event streams (see serve()).
     events = EventBus()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = build_services(config, events)
-        services.start(run_processor=run_processor)
+        # In a thread: building the demo models takes seconds, and the event loop must stay free meanwhile.
+        await asyncio.to_thread(
+            services.start, run_processor=run_processor, demo_models=demo_models and config.install_demo_models
+        )
         app.state.services = services
         try:
             yield
@@ -54,4 +63,7 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True) -> Fast
     install_error_handlers(app)
     for router in (app_router.router, queue_router.router, events_router.router, images_router.router):
         app.include_router(router, prefix=API_PREFIX, dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+    app.include_router(
+        models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(require_token)], responses=UNAUTHORIZED
+    )
     return app

@@ -8,13 +8,20 @@ from dataclasses import dataclass
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.events import EventBus
 from invokeai.app.services.images import ImageService
+from invokeai.app.services.model_install import ModelInstallService
+from invokeai.app.services.model_manager import ModelManager
+from invokeai.app.services.model_records import ModelRecordService
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
+from invokeai.app.services.tensors import TensorStore
+from invokeai.backend.cache.model_cache import ModelCache
+from invokeai.backend.devices import choose_device, choose_dtype
 
 logger = logging.getLogger(__name__)
 
 MEGABYTE = 1024 * 1024
+GIGABYTE = 1024 * MEGABYTE
 
 
 @dataclass
@@ -24,11 +31,23 @@ class Services:
     images: ImageService
     queue: SessionQueue
     processor: SessionProcessor
+    models: ModelManager
+    installer: ModelInstallService
+    tensors: TensorStore
 
-    def start(self, run_processor: bool = True) -> None:
+    def start(self, run_processor: bool = True, demo_models: bool = False) -> None:
+        """demo_models: install the demo models if no model is installed (before the processor takes items)."""
         recovered = self.queue.recover_interrupted()
         if recovered:
             logger.info("Canceled %d queue item(s) that were running when the server last stopped", recovered)
+        if demo_models:
+            from invokeai.app.services.demo_models import install_demo_models
+
+            try:
+                install_demo_models(self.installer)
+            except Exception:
+                # The server is useful without them (models can be installed over the API): say why, and go on.
+                logger.exception("Could not install the demo models")
         if run_processor:
             self.processor.start()
 
@@ -42,5 +61,29 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     db = SqliteDatabase(None if config.use_memory_db else config.db_file)
     images = ImageService(db, config.outputs_path, config.max_upload_mb * MEGABYTE)
     queue = SessionQueue(db, events, config.max_queue_size)
-    processor = SessionProcessor(queue, images, events)
-    return Services(db=db, events=events, images=images, queue=queue, processor=processor)
+    models = build_model_manager(config, ModelRecordService(db))
+    installer = ModelInstallService(
+        models.records, config.models_path, events, hash_models=config.hash_models, on_delete=models.forget
+    )
+    tensors = TensorStore()
+    processor = SessionProcessor(queue, images, events, models, tensors)
+    return Services(
+        db=db,
+        events=events,
+        images=images,
+        queue=queue,
+        processor=processor,
+        models=models,
+        installer=installer,
+        tensors=tensors,
+    )
+
+
+def build_model_manager(config: InvokeAIAppConfig, records: ModelRecordService) -> ModelManager:
+    device = choose_device(config.device)
+    cache = ModelCache(
+        max_cache_ram_bytes=int(config.max_cache_ram_gb * GIGABYTE),
+        execution_device=device,
+        device_working_mem_bytes=int(config.device_working_mem_gb * GIGABYTE),
+    )
+    return ModelManager(records, cache, device, choose_dtype(config.precision, device))

@@ -1,7 +1,7 @@
 """Events: one pydantic payload model per event name, and the bus that carries them to subscribers.
 
-Publishers are the session queue and the session processor, on any thread. Subscribers are the event stream
-(one per connected client, on the server's event loop) and in-process listeners such as the processor itself.
+Publishers are the session queue, the session processor and the model installer, on any thread. Subscribers are the
+event stream (one per connected client, on the server's event loop) and in-process listeners such as the processor.
 """
 
 from __future__ import annotations
@@ -110,6 +110,41 @@ class BatchEnqueuedEvent(EventBase):
     priority: int
 
 
+class ModelEventBase(EventBase):
+    """Model events concern the whole server rather than one queue: every queue's stream gets them."""
+
+    queue_id: str | None = Field(None, description="Always null: a model event is sent on every queue's stream.")  # type: ignore[assignment]
+    source: str = Field(description="The path the model is installed from.")
+    name: str = Field(description="The name the model is installed under.")
+
+
+class ModelInstallProgressEvent(ModelEventBase):
+    """A model install copied (or hashed) some more bytes; sent at most twice a second, and at the start and end."""
+
+    event_name: ClassVar[str] = "model_install_progress"
+
+    bytes_done: int
+    total_bytes: int
+
+
+class ModelInstallCompleteEvent(ModelEventBase):
+    """A model was installed; `key` names its record."""
+
+    event_name: ClassVar[str] = "model_install_complete"
+
+    key: str
+    total_bytes: int
+
+
+class ModelInstallErrorEvent(ModelEventBase):
+    """A model install failed; nothing of it was kept."""
+
+    event_name: ClassVar[str] = "model_install_error"
+
+    error_type: str = Field(description="The exception's class name.")
+    error_message: str
+
+
 EVENT_TYPES: tuple[type[EventBase], ...] = (
     QueueItemStatusChangedEvent,
     InvocationStartedEvent,
@@ -117,6 +152,9 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     InvocationCompleteEvent,
     InvocationErrorEvent,
     BatchEnqueuedEvent,
+    ModelInstallProgressEvent,
+    ModelInstallCompleteEvent,
+    ModelInstallErrorEvent,
 )
 EVENT_NAMES: tuple[str, ...] = tuple(event.event_name for event in EVENT_TYPES)
 
@@ -127,7 +165,10 @@ AnyEvent = Annotated[
     | InvocationProgressEvent
     | InvocationCompleteEvent
     | InvocationErrorEvent
-    | BatchEnqueuedEvent,
+    | BatchEnqueuedEvent
+    | ModelInstallProgressEvent
+    | ModelInstallCompleteEvent
+    | ModelInstallErrorEvent,
     Field(description="The payload of one event; the stream's `event:` line says which."),
 ]
 
@@ -189,7 +230,8 @@ class EventBus:
         """Send `event` to its queue's subscribers and to every listener. Safe from any thread."""
         with self._lock:
             listeners = list(self._listeners)
-            targets = [sub for sub in self._subscriptions if sub.queue_id == event.queue_id]
+            # queue_id None: a server-wide event (a model install), for every stream.
+            targets = [sub for sub in self._subscriptions if event.queue_id in (None, sub.queue_id)]
             # Delivered under the lock: two threads publishing at once still reach every subscriber in one order.
             dead = [sub for sub in targets if not sub.deliver(event)]
             for sub in dead:

@@ -1,0 +1,122 @@
+"""The model manager: identifiers resolved to records, components loaded once and held on the device, the pipeline
+a lone GGUF transformer borrows from; and the processor handing the manager and tensor store to nodes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from model_test_support import install
+
+from invokeai.app.nodes.base import InvocationContext
+from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput
+from invokeai.app.services.container import Services
+from invokeai.app.services.model_manager import ModelManager
+from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord
+
+
+def services_of(client: TestClient) -> Services:
+    return client.app.state.services  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.fixture
+def manager(client: TestClient, built_models: dict[str, Path]) -> ModelManager:
+    for name in ("demo-sd1", "demo-krea2", "demo-krea2-gguf"):
+        assert install(client, built_models[name], inplace=True).status_code == 201
+    return services_of(client).models
+
+
+def test_resolves_by_key_or_name_and_says_what_is_missing(manager: ModelManager) -> None:
+    by_name = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    assert manager.resolve(ModelIdentifier(key=by_name.key)) == by_name
+    with pytest.raises(ModelNotFoundError, match="no model named 'demo-sdxl'"):
+        manager.resolve(ModelIdentifier(name="demo-sdxl"))
+    with pytest.raises(ModelNotFoundError, match="no model with key 'k'"):
+        manager.resolve(ModelIdentifier(key="k"))
+
+
+def test_cpu_runs_float32() -> None:
+    from invokeai.app.config import InvokeAIAppConfig
+    from invokeai.app.services.container import build_model_manager
+    from invokeai.app.services.model_records import ModelRecordService
+    from invokeai.app.services.sqlite import SqliteDatabase
+
+    config = InvokeAIAppConfig.located({"device": "cpu"}, Path("/nonexistent"), None)
+    manager = build_model_manager(config, ModelRecordService(SqliteDatabase(None)))
+    assert (manager.device, manager.dtype) == (torch.device("cpu"), torch.float32)
+
+
+def test_components_load_once_and_go_on_device(manager: ModelManager) -> None:
+    torch.set_num_threads(1)
+    sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    assert manager.components(sd1) == ["text_encoder", "tokenizer", "unet", "vae", "scheduler"]
+    vae = manager.load(sd1, "vae")
+    assert isinstance(vae, torch.nn.Module) and manager.load(sd1, "vae") is vae
+    tokenizer = manager.load(sd1, "tokenizer")
+    assert manager.load(sd1, "tokenizer") is tokenizer
+    with manager.on_device(sd1, "vae", working_memory_bytes=1024) as module:
+        assert next(module.parameters()).device.type == manager.device.type
+        assert next(module.parameters()).dtype == manager.dtype
+
+
+def test_a_gguf_transformer_borrows_from_demo_krea2(manager: ModelManager, client: TestClient) -> None:
+    gguf = manager.resolve(ModelIdentifier(name="demo-krea2-gguf"))
+    assert manager.components(gguf) == ["transformer"]
+    assert manager.companion(gguf, "vae").name == "demo-krea2"
+    demo = manager.resolve(ModelIdentifier(name="demo-krea2"))
+    manager.records.update(demo.key, {"name": "zz-krea2"})
+    other = manager.records.add(demo.model_copy(update={"key": "k2", "name": "aa-krea2"}))
+    assert manager.companion(gguf, "text_encoder") == other  # no demo-krea2: the first by name
+    for record in manager.records.list(family="krea2", type="main"):
+        manager.records.delete(record.key)
+    with pytest.raises(ModelNotFoundError, match="no krea2 pipeline"):
+        manager.companion(gguf, "vae")
+
+
+def test_deleting_a_model_drops_what_was_loaded(manager: ModelManager, client: TestClient) -> None:
+    sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    tokenizer = manager.load(sd1, "tokenizer")
+    assert client.delete(f"/api/v2/models/i/{sd1.key}").status_code == 204
+    record = install(client, Path(sd1.path), inplace=True).json()
+    assert manager.load(ModelRecord(**record), "tokenizer") is not tokenizer
+
+
+def test_nodes_get_the_manager_and_the_tensor_store(
+    make_app_client: Callable[..., TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[object, object]] = []
+
+    def invoke(self: IntegerInvocation, context: InvocationContext) -> IntegerOutput:
+        seen.append((context.models, context.tensors))
+        return IntegerOutput(value=self.value)
+
+    monkeypatch.setattr(IntegerInvocation, "invoke", invoke)
+    client = make_app_client(run_processor=True)
+    graph = {"id": "g", "nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []}
+    response = client.post("/api/v1/queue/default/enqueue_batch", json={"batch": {"graph": graph}})
+    assert response.status_code == 201, response.text
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    services = services_of(client)
+    assert seen == [(services.models, services.tensors)]
+
+
+def test_a_context_without_them_says_so() -> None:
+    context = InvocationContext(
+        queue_id="q",
+        item_id=1,
+        session_id="s",
+        node_id="n",
+        node_type="t",
+        graph={},
+        images=None,  # type: ignore[arg-type]
+        on_progress=lambda *_: None,
+        is_canceled=lambda: False,
+    )
+    with pytest.raises(RuntimeError, match="needs models"):
+        _ = context.models
