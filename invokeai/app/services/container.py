@@ -40,6 +40,7 @@ class Services:
         recovered = self.queue.recover_interrupted()
         if recovered:
             logger.info("Canceled %d queue item(s) that were running when the server last stopped", recovered)
+        self.installer.remove_stale_staging()
         if demo_models:
             from invokeai.app.services.demo_models import install_demo_models
 

@@ -258,6 +258,13 @@ class ModelInstallService:
                 digests.append((file, digest.hexdigest()))
         return _combined_hash(probe.path, digests) if self._hash_models else None
 
+    def remove_stale_staging(self) -> None:
+        """Remove the staging folders of installs that a killed server left half done. Only at start: while the
+        server runs, a staging folder may belong to an install in progress."""
+        for leftover in self.models_dir.glob(f"*/{_STAGING_PREFIX}*"):
+            logger.info("Removing %s, left by an install that did not finish", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
+
     def delete(self, key: str) -> ModelRecord:
         """Delete the record; and its files when the server put them there (copied or built), never a model that
         was registered in place."""

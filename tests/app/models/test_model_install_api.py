@@ -190,3 +190,11 @@ def test_install_progress_and_completion_are_events(client: TestClient, built_mo
     seen.clear()
     install(client, built_models["demo-sd1"])
     assert [e.event_name for e in seen] == ["model_install_error"]
+
+
+def test_a_start_removes_what_a_killed_install_left(make_app_client: Callable[..., TestClient], tmp_path: Path) -> None:
+    leftover = tmp_path / "root" / "models" / "sd-1" / ".install-x1y2" / "demo-sd1"
+    leftover.mkdir(parents=True)
+    (leftover / "model_index.json").write_text("{}")
+    client = make_app_client()
+    assert models_dir_files(client) == ["sd-1"]
