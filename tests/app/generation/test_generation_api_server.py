@@ -1,0 +1,219 @@
+"""The documented example graphs through the REST API of a real `invokeai-web` on a fresh root (which installs the
+demo models at its first start): each completes with an image of the requested size, the denoisers stream their
+steps, attention calls are counted under every node type that attends, a cancel stops a denoise part way, and a
+model of the wrong family fails its item with a message that says so."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import connect_sse
+from PIL import Image
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "docs" / "examples"
+EXAMPLES = ("sd_text_to_image", "sd_image_to_image", "krea2_text_to_image", "krea2_gguf_text_to_image")
+QUEUE = "/api/v1/queue/default"
+FINISHED = ("completed", "failed", "canceled")
+# Every node type that runs attention in the examples: text encoders, denoisers, VAE coders.
+ATTENDING_NODES = (
+    "sd_text_encoder",
+    "sd_denoise",
+    "sd_vae_encode",
+    "sd_vae_decode",
+    "krea2_text_encoder",
+    "krea2_denoise",
+    "krea2_vae_decode",
+)
+
+
+def example(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((EXAMPLES_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    return body
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """invokeai-web on a fresh root; its base URL once it answers (the demo models are installed by then)."""
+    root = tmp_path_factory.mktemp("generation-server")
+    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("INVOKEAI_")}
+    # One torch thread: the demo models gain nothing from more, and the test machine's cores are shared.
+    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", HOME=str(root / "home"))
+    executable = Path(sys.executable).with_name("invokeai-web")
+    port = _free_port()
+    log = root / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(executable), "--root", str(root / "invokeai"), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"invokeai-web exited with {process.returncode}:\n{log.read_text()}")
+            try:
+                httpx.get(f"{base}/api/v1/app/version", timeout=5)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"invokeai-web did not answer:\n{log.read_text()}")
+                time.sleep(0.2)
+        yield base
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+@pytest.fixture
+def client(server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=60) as client:
+        yield client
+
+
+def enqueue(client: httpx.Client, body: dict[str, Any]) -> int:
+    response = client.post(f"{QUEUE}/enqueue_batch", json=body)
+    assert response.status_code == 201, response.text
+    [item_id] = response.json()["item_ids"]
+    return int(item_id)
+
+
+def item_of(client: httpx.Client, item_id: int) -> dict[str, Any]:
+    item: dict[str, Any] = client.get(f"{QUEUE}/i/{item_id}").json()
+    return item
+
+
+@pytest.fixture(scope="module")
+def example_runs(server: str) -> dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]]:
+    """Every example enqueued as it is, then run: example -> (the finished item, its events in order)."""
+    with httpx.Client(base_url=server, timeout=60) as client:
+        with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+            ids = {enqueue(client, example(name)): name for name in EXAMPLES}
+            events: dict[int, list[tuple[str, dict[str, Any]]]] = {item_id: [] for item_id in ids}
+            waiting = set(ids)
+            for sse in source.iter_sse():
+                payload = json.loads(sse.data)
+                if payload.get("item_id") in events:
+                    events[payload["item_id"]].append((sse.event, payload))
+                if sse.event == "queue_item_status_changed" and payload["status"] in FINISHED:
+                    waiting.discard(payload["item_id"])
+                    if not waiting:
+                        break
+        return {name: (item_of(client, item_id), events[item_id]) for item_id, name in ids.items()}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_example_runs_as_it_is_and_makes_an_image_of_the_requested_size(
+    client: httpx.Client, example_runs: dict[str, Any], name: str
+) -> None:
+    nodes = example(name)["batch"]["graph"]["nodes"]
+    assert {node["model"]["name"] for node in nodes.values() if "model" in node} <= {
+        "demo-sd1",
+        "demo-krea2",
+        "demo-krea2-gguf",
+    }
+    item, _ = example_runs[name]
+    assert item["status"] == "completed", item.get("error_traceback")
+    image = item["session"]["results"]["decode"]["image"]
+    requested = (nodes["denoise"]["width"], nodes["denoise"]["height"])
+    record = client.get(f"/api/v1/images/i/{image['image_name']}").json()
+    assert (record["width"], record["height"]) == requested
+    full = client.get(f"/api/v1/images/i/{image['image_name']}/full")
+    with Image.open(io.BytesIO(full.content)) as png:
+        assert (png.format, png.size) == ("PNG", requested)
+
+
+@pytest.mark.parametrize(("name", "node_type"), [("sd_text_to_image", "sd_denoise"), ("krea2_text_to_image", None)])
+def test_the_denoisers_report_every_step_sd_with_a_small_preview(
+    example_runs: dict[str, Any], name: str, node_type: str | None
+) -> None:
+    _, events = example_runs[name]
+    denoise = example(name)["batch"]["graph"]["nodes"]["denoise"]
+    progress = [payload for event, payload in events if event == "invocation_progress"]
+    assert [(p["node_id"], p["step"], p["total"]) for p in progress] == [
+        ("denoise", step, denoise["steps"]) for step in range(1, denoise["steps"] + 1)
+    ]
+    if node_type is None:
+        assert all(p["image"] is None for p in progress)
+        return
+    for p in progress:
+        preview = p["image"]
+        assert preview["dataURL"].startswith("data:image/jpeg;base64,")
+        with Image.open(io.BytesIO(base64.b64decode(preview["dataURL"].split(",", 1)[1]))) as jpeg:
+            assert jpeg.size == (preview["width"], preview["height"])
+            assert max(jpeg.size) <= 64
+
+
+def test_attention_calls_are_counted_under_every_node_type_that_attends(
+    client: httpx.Client, example_runs: dict[str, Any]
+) -> None:
+    assert all(item["status"] == "completed" for item, _ in example_runs.values())
+    counts = client.get("/api/v1/app/attention").json()["counts"]
+    for node_type in ATTENDING_NODES:
+        assert sum(counts.get(node_type, {}).values()) > 0, (node_type, counts)
+
+
+def test_a_cancel_mid_denoise_ends_the_item_canceled(client: httpx.Client) -> None:
+    body = copy.deepcopy(example("sd_text_to_image"))
+    body["batch"]["graph"]["nodes"]["denoise"]["steps"] = 1000
+    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+        item_id = enqueue(client, body)
+        steps_seen = 0
+        for sse in source.iter_sse():
+            payload = json.loads(sse.data)
+            if sse.event == "invocation_progress" and payload["item_id"] == item_id:
+                steps_seen += 1
+                if steps_seen == 3:
+                    assert client.put(f"{QUEUE}/i/{item_id}/cancel").json()["status"] == "canceled"
+            if sse.event == "queue_item_status_changed" and payload["item_id"] == item_id:
+                if payload["status"] in FINISHED:
+                    break
+    item = item_of(client, item_id)
+    assert (item["status"], item["cancel_reason"]) == ("canceled", "canceled by request")
+    # The denoise stopped part way: it never returned, and its steps stopped well short of the total.
+    assert "denoise" not in item["session"]["results"]
+    assert 3 <= steps_seen < 100
+
+
+def test_a_model_of_the_wrong_family_fails_the_item_with_a_message_that_says_so(client: httpx.Client) -> None:
+    body = copy.deepcopy(example("sd_text_to_image"))
+    body["batch"]["graph"]["nodes"]["denoise"]["model"] = {"name": "demo-krea2"}
+    item_id = enqueue(client, body)
+    deadline = time.monotonic() + 60
+    while (item := item_of(client, item_id))["status"] not in FINISHED:
+        assert time.monotonic() < deadline, item
+        time.sleep(0.05)
+    assert (item["status"], item["error_type"], item["error_message"]) == (
+        "failed",
+        "ValueError",
+        "model 'demo-krea2' is of the krea2 family; sd_denoise needs a model of the sd-1 family",
+    )
+    # The text encoders before it ran.
+    assert set(item["session"]["results"]) == {"positive", "negative"}
