@@ -1,0 +1,296 @@
+"""One demo generation through the server's REST API against diffusers' pipeline called directly, in one run.
+
+The server side is the documented example graph (docs/examples/sd_text_to_image.json: SD, 20 steps at 64x64;
+docs/examples/krea2_text_to_image.json: Krea-2, 8 steps), timed from sending the enqueue request to receiving the
+item's `completed` event; it includes the HTTP round trip, the queue, every node, the tensor store and writing the
+PNG. The direct side is StableDiffusionPipeline / Krea2Pipeline in this process on the same model folders (the
+records the server lists), device, dtype, prompts, seed, size and steps. Both run once to warm up (models loaded,
+kernels chosen), then alternate, so drift on a shared machine touches both; the medians and their ratio are printed,
+and the minimums beside them (steadier where other work shares the cores).
+
+By default a fresh `invokeai-web` is started (it installs the demo models) and stopped at the end; --url uses a
+running one on this machine instead. Needs the test extra (httpx, httpx-sse): pip install -e '.[test]'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import connect_sse
+
+QUEUE = "/api/v1/queue/default"
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+TARGET = 1.05
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_server(root: Path, port: int, threads: int | None) -> subprocess.Popen[bytes]:
+    executable = Path(sys.executable).with_name("invokeai-web")
+    found = str(executable) if executable.exists() else shutil.which("invokeai-web")
+    if found is None:
+        sys.exit("invokeai-web is not installed: pip install -e '.[test]'")
+    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("INVOKEAI_")}
+    env.update(HF_HUB_OFFLINE="1", INVOKEAI_LOG_LEVEL="warning")
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return subprocess.Popen(
+        [found, "--root", str(root), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+
+
+def _wait_up(base: str, process: subprocess.Popen[bytes] | None, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            sys.exit(f"invokeai-web exited with {process.returncode}")
+        try:
+            httpx.get(f"{base}/api/v1/app/version", timeout=5)
+            return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    sys.exit("invokeai-web did not answer")
+
+
+class Completions:
+    """Reads the event stream on a thread and wakes whoever waits for an item to finish."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.finished: dict[int, tuple[float, str]] = {}
+        self._changed = threading.Condition()
+        ready = threading.Event()
+        threading.Thread(target=self._read, args=(client, ready), daemon=True).start()
+        if not ready.wait(30):
+            sys.exit("could not subscribe to the event stream")
+
+    def _read(self, client: httpx.Client, ready: threading.Event) -> None:
+        with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+            ready.set()  # the headers are in: subscribed
+            for event in source.iter_sse():
+                if event.event != "queue_item_status_changed":
+                    continue
+                payload = json.loads(event.data)
+                if payload["status"] in ("completed", "failed", "canceled"):
+                    with self._changed:
+                        self.finished[payload["item_id"]] = (time.perf_counter(), payload["status"])
+                        self._changed.notify_all()
+
+    def wait(self, item_id: int, timeout: float = 600) -> tuple[float, str]:
+        with self._changed:
+            if not self._changed.wait_for(lambda: item_id in self.finished, timeout):
+                sys.exit(f"item {item_id} did not finish within {timeout} s")
+            return self.finished[item_id]
+
+
+def _server_run(client: httpx.Client, completions: Completions, body: dict[str, Any]) -> float:
+    sent = time.perf_counter()
+    response = client.post(f"{QUEUE}/enqueue_batch", json=body)
+    response.raise_for_status()
+    [item_id] = response.json()["item_ids"]
+    done, status = completions.wait(item_id)
+    if status != "completed":
+        item = client.get(f"{QUEUE}/i/{item_id}").json()
+        sys.exit(f"the server's item {status}: {item.get('error_message')}")
+    return done - sent
+
+
+def _model_paths(client: httpx.Client) -> dict[str, Path]:
+    records = client.get("/api/v2/models/").json()["models"]
+    return {record["name"]: Path(record["path"]) for record in records}
+
+
+def _device_and_dtype(client: httpx.Client) -> tuple[Any, Any]:
+    from invokeai.backend.devices import choose_device, choose_dtype
+
+    settings = client.get("/api/v1/app/config").json()["config"]
+    device = choose_device(settings["device"])
+    return device, choose_dtype(settings["precision"], device)
+
+
+def _load(path: Path, device: Any, dtype: Any) -> dict[str, Any]:
+    from invokeai.backend.models.loaders import components_of, load_component
+    from invokeai.backend.models.probe import probe_model
+
+    probe = probe_model(path)
+    return {name: load_component(probe, name, device=device, dtype=dtype) for name in components_of(probe)}
+
+
+def _generator(seed: int) -> Any:
+    import torch
+
+    return torch.Generator("cpu").manual_seed(seed)
+
+
+def sd_direct(path: Path, graph: dict[str, Any], device: Any, dtype: Any) -> Callable[[], Any]:
+    from diffusers import StableDiffusionPipeline
+
+    from invokeai.backend.models import sd1 as sd1_family
+
+    parts = _load(path, device, dtype)
+    nodes = graph["nodes"]
+    denoise = nodes["denoise"]
+    pipe = StableDiffusionPipeline(
+        vae=parts["vae"],
+        text_encoder=parts["text_encoder"],
+        tokenizer=parts["tokenizer"],
+        unet=parts["unet"],
+        scheduler=sd1_family.make_scheduler(denoise["scheduler"], dict(parts["scheduler"].config)),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return lambda: pipe(
+        nodes["positive"]["prompt"],
+        negative_prompt=nodes["negative"]["prompt"],
+        width=denoise["width"],
+        height=denoise["height"],
+        num_inference_steps=denoise["steps"],
+        guidance_scale=denoise["cfg_scale"],
+        generator=_generator(denoise["seed"]),
+    ).images[0]
+
+
+def krea2_direct(path: Path, graph: dict[str, Any], device: Any, dtype: Any) -> Callable[[], Any]:
+    from diffusers import Krea2Pipeline
+
+    from invokeai.backend.generation.krea2 import Krea2Settings
+
+    parts = _load(path, device, dtype)
+    settings = Krea2Settings.from_model_index(json.loads((path / "model_index.json").read_text(encoding="utf-8")))
+    nodes = graph["nodes"]
+    denoise = nodes["denoise"]
+    pipe = Krea2Pipeline(**parts, text_encoder_select_layers=settings.select_layers)
+    pipe.set_progress_bar_config(disable=True)
+    return lambda: pipe(
+        nodes["positive"]["prompt"],
+        negative_prompt=nodes["negative"]["prompt"],
+        width=denoise["width"],
+        height=denoise["height"],
+        num_inference_steps=denoise["steps"],
+        guidance_scale=denoise["guidance_scale"],
+        generator=_generator(denoise["seed"]),
+    ).images[0]
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compare(
+    label: str,
+    body: dict[str, Any],
+    direct: Callable[[], Any],
+    client: httpx.Client,
+    completions: Completions,
+    device: Any,
+    repeats: int,
+) -> float:
+    _server_run(client, completions, body)
+    direct()
+    _sync(device)
+    server_times, direct_times = [], []
+    for _ in range(repeats):
+        server_times.append(_server_run(client, completions, body))
+        started = time.perf_counter()
+        direct()
+        _sync(device)
+        direct_times.append(time.perf_counter() - started)
+    server, pipeline = statistics.median(server_times), statistics.median(direct_times)
+    ratio = server / pipeline
+    print(
+        f"{label}: server {server * 1000:.1f} ms, direct pipeline {pipeline * 1000:.1f} ms, ratio {ratio:.3f} "
+        f"(minimums {min(server_times) * 1000:.1f} / {min(direct_times) * 1000:.1f} ms, "
+        f"{min(server_times) / min(direct_times):.3f})"
+    )
+    return ratio
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="a running server on this machine (default: start a fresh one)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed runs per side after one warm-up (default 10)")
+    parser.add_argument("--only", choices=("sd", "krea2"), help="run one family only")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads on both sides (default: torch's choice). The two processes take turns, and on a "
+        "machine with few cores the idle one's OpenMP workers spin on the cores the busy one needs: use 1 there",
+    )
+    args = parser.parse_args()
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+    root = None
+    process = None
+    if args.url:
+        base = args.url.rstrip("/")
+    else:
+        root = Path(tempfile.mkdtemp(prefix="invokeai-bench-"))
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        process = _start_server(root, port, args.threads)
+    try:
+        _wait_up(base, process)
+        with httpx.Client(base_url=base, timeout=60) as client, httpx.Client(base_url=base, timeout=None) as stream:
+            completions = Completions(stream)
+            paths = _model_paths(client)
+            device, dtype = _device_and_dtype(client)
+            print(f"device {device}, dtype {dtype}, {_threads()} CPU threads here, {args.repeats} timed runs per side")
+            cases = [
+                ("sd", "SD-1 demo, 20 steps at 64x64", "sd_text_to_image", "demo-sd1", sd_direct),
+                ("krea2", "Krea-2 demo, 8 steps at 64x64", "krea2_text_to_image", "demo-krea2", krea2_direct),
+            ]
+            ratios = []
+            for family, label, example, model, direct in cases:
+                if args.only not in (None, family):
+                    continue
+                body = json.loads((EXAMPLES / f"{example}.json").read_text(encoding="utf-8"))
+                pipeline = direct(paths[model], body["batch"]["graph"], device, dtype)
+                ratios.append(compare(label, body, pipeline, client, completions, device, args.repeats))
+            verdict = "within" if max(ratios) <= TARGET else "over"
+            print(f"worst ratio {max(ratios):.3f}: {verdict} the {TARGET} target")
+    finally:
+        if process is not None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
