@@ -6,7 +6,8 @@ item's `completed` event; it includes the HTTP round trip, the queue, every node
 PNG. The direct side is StableDiffusionPipeline / Krea2Pipeline in this process on the same model folders (the
 records the server lists), device, dtype, prompts, seed, size and steps. Both run once to warm up (models loaded,
 kernels chosen), then alternate, so drift on a shared machine touches both; the medians and their ratio are printed,
-and the minimums beside them (steadier where other work shares the cores).
+and the minimums beside them (steadier where other work shares the cores), and how long the item itself ran
+(completed_at - started_at: the nodes, without HTTP and the event stream).
 
 By default a fresh `invokeai-web` is started (it installs the demo models) and stopped at the end; --url uses a
 running one on this machine instead. Needs the test extra (httpx, httpx-sse): pip install -e '.[test]'.
@@ -27,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,16 +103,18 @@ class Completions:
             return self.finished[item_id]
 
 
-def _server_run(client: httpx.Client, completions: Completions, body: dict[str, Any]) -> float:
+def _server_run(client: httpx.Client, completions: Completions, body: dict[str, Any]) -> tuple[float, float]:
+    """(enqueue request sent -> completed event received, the item's own completed_at - started_at)."""
     sent = time.perf_counter()
     response = client.post(f"{QUEUE}/enqueue_batch", json=body)
     response.raise_for_status()
     [item_id] = response.json()["item_ids"]
     done, status = completions.wait(item_id)
+    item = client.get(f"{QUEUE}/i/{item_id}").json()
     if status != "completed":
-        item = client.get(f"{QUEUE}/i/{item_id}").json()
         sys.exit(f"the server's item {status}: {item.get('error_message')}")
-    return done - sent
+    ran = datetime.fromisoformat(item["completed_at"]) - datetime.fromisoformat(item["started_at"])
+    return done - sent, ran.total_seconds()
 
 
 def _model_paths(client: httpx.Client) -> dict[str, Path]:
@@ -217,19 +221,23 @@ def compare(
     _server_run(client, completions, body)
     direct()
     _sync(device)
-    server_times, direct_times = [], []
+    server_times, processing_times, direct_times = [], [], []
     for _ in range(repeats):
-        server_times.append(_server_run(client, completions, body))
+        round_trip, processing = _server_run(client, completions, body)
+        server_times.append(round_trip)
+        processing_times.append(processing)
         started = time.perf_counter()
         direct()
         _sync(device)
         direct_times.append(time.perf_counter() - started)
     server, pipeline = statistics.median(server_times), statistics.median(direct_times)
     ratio = server / pipeline
+    fastest_server, fastest_direct = min(server_times), min(direct_times)
     print(
         f"{label}: server {server * 1000:.1f} ms, direct pipeline {pipeline * 1000:.1f} ms, ratio {ratio:.3f} "
-        f"(minimums {min(server_times) * 1000:.1f} / {min(direct_times) * 1000:.1f} ms, "
-        f"{min(server_times) / min(direct_times):.3f})"
+        f"(minimums {fastest_server * 1000:.1f} / {fastest_direct * 1000:.1f} ms, "
+        f"{fastest_server / fastest_direct:.3f}); "
+        f"the item itself ran {statistics.median(processing_times) * 1000:.1f} ms"
     )
     return ratio
 
