@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend
 
-from invokeai.backend.attention import devices, uninstall_attention
-from invokeai.backend.attention.torch_flags import apply_flags, read_flags
+from invokeai.backend.attention import devices
+from invokeai.backend.attention.testing import StandInDispatcher, pristine_attention
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -29,29 +27,8 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def clean_attention() -> Iterator[None]:
-    original = F.scaled_dot_product_attention
-    flags = read_flags()
-    yield
-    uninstall_attention()
-    F.scaled_dot_product_attention = original
-    apply_flags(flags)
-
-
-class StandInDispatcher:
-    """`torch._fused_sdp_choice` as CUDA would answer it: the first kernel of the installed order and flags that is
-    in `can_serve`, whatever the call."""
-
-    def __init__(self, can_serve: set[str]) -> None:
-        self.can_serve = can_serve
-
-    def __call__(
-        self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
-    ) -> int:  # type: ignore[no-untyped-def]
-        flags = read_flags()
-        for value_ in flags.order:
-            if SDPBackend(value_) in flags.enabled and SDPBackend(value_).name in self.can_serve:
-                return value_
-        raise RuntimeError("No available kernel. Aborting execution.")
+    with pristine_attention():
+        yield
 
 
 @pytest.fixture
