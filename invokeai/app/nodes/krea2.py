@@ -25,7 +25,15 @@ from invokeai.app.nodes.model_fields import (
     ModelIdentifier,
     ModelInputField,
 )
-from invokeai.app.nodes.model_use import TensorKind, call_facts, family_model, provider, reserved
+from invokeai.app.nodes.model_use import (
+    TensorKind,
+    call_facts,
+    decode_latents,
+    family_model,
+    latents_output,
+    provider,
+    reserved,
+)
 from invokeai.backend.models import krea2 as krea2_family
 
 if TYPE_CHECKING:
@@ -148,8 +156,7 @@ class Krea2DenoiseInvocation(BaseInvocation):
                 is_distilled=settings.is_distilled,
                 patch_size=settings.patch_size,
             )
-        field = LatentsField(latents_name=LATENTS.save(context, latents))
-        return LatentsOutput(latents=field, width=self.width, height=self.height)
+        return latents_output(context, LATENTS, latents, self.width, self.height)
 
 
 class Krea2VaeDecodeInvocation(BaseInvocation):
@@ -163,9 +170,4 @@ class Krea2VaeDecodeInvocation(BaseInvocation):
         from invokeai.backend.generation import krea2
 
         source = provider(context, family_model(context, self.model, FAMILY), "vae")
-        (latents,) = LATENTS.load(context, self.latents.latents_name)
-        height, width = (side * LATENT_SCALE for side in latents.shape[-2:])
-        facts = call_facts(context, width=width, height=height)
-        with reserved(context, source, "vae", facts, operation="vae_decode") as vae:
-            image = krea2.vae_decode(vae, latents)
-        return ImageOutput.of(context.save_image(image), image)
+        return decode_latents(context, source, LATENTS, self.latents.latents_name, LATENT_SCALE, krea2.vae_decode)

@@ -3,15 +3,18 @@ that provides a component, reserve working memory for a call, and store or read 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from invokeai.app.nodes.image import ImageOutput
+from invokeai.app.nodes.model_fields import LatentsField, LatentsOutput
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 
 if TYPE_CHECKING:
     import torch
+    from PIL import Image
 
     from invokeai.app.nodes.context import InvocationContext
     from invokeai.app.services.model_records import ModelIdentifier, ModelRecord
@@ -72,3 +75,28 @@ class TensorKind:
         if not isinstance(stored, dict) or set(stored) != set(self.keys):
             raise ValueError(f"{self.what} {name!r} was not made by {self.made_by}, which {context.node_type} needs")
         return tuple(stored[key] for key in self.keys)
+
+
+def latents_output(
+    context: InvocationContext, kind: TensorKind, latents: torch.Tensor, width: int, height: int
+) -> LatentsOutput:
+    """A node's output of `latents` (of a width x height image), stored as `kind`."""
+    return LatentsOutput(latents=LatentsField(latents_name=kind.save(context, latents)), width=width, height=height)
+
+
+def decode_latents(
+    context: InvocationContext,
+    record: ModelRecord,
+    kind: TensorKind,
+    latents_name: str,
+    latent_scale: int,
+    vae_decode: Callable[[Any, torch.Tensor], Image.Image],
+) -> ImageOutput:
+    """The image `vae_decode` makes from the stored latents with `record`'s VAE, saved, with the working memory
+    for a decode of that size reserved; `latent_scale` is how many pixels a latent spans on a side."""
+    (latents,) = kind.load(context, latents_name)
+    height, width = (side * latent_scale for side in latents.shape[-2:])
+    facts = call_facts(context, width=width, height=height)
+    with reserved(context, record, "vae", facts, operation="vae_decode") as vae:
+        image = vae_decode(vae, latents)
+    return ImageOutput.of(context.save_image(image), image)

@@ -21,7 +21,14 @@ from invokeai.app.nodes.model_fields import (
     ModelIdentifier,
     ModelInputField,
 )
-from invokeai.app.nodes.model_use import TensorKind, call_facts, family_model, reserved
+from invokeai.app.nodes.model_use import (
+    TensorKind,
+    call_facts,
+    decode_latents,
+    family_model,
+    latents_output,
+    reserved,
+)
 from invokeai.backend.models import sd1 as sd1_family
 
 FAMILY = sd1_family.FAMILY
@@ -121,8 +128,7 @@ class SDDenoiseInvocation(BaseInvocation):
                 strength=self.denoising_strength,
                 on_step=on_step,
             )
-        field = LatentsField(latents_name=LATENTS.save(context, latents))
-        return LatentsOutput(latents=field, width=self.width, height=self.height)
+        return latents_output(context, LATENTS, latents, self.width, self.height)
 
     def _check_size(self, latent_size: tuple[int, ...]) -> None:
         height, width = (side * LATENT_SCALE for side in latent_size)
@@ -144,12 +150,7 @@ class SDVaeDecodeInvocation(BaseInvocation):
         from invokeai.backend.generation import sd1
 
         record = family_model(context, self.model, FAMILY)
-        (latents,) = LATENTS.load(context, self.latents.latents_name)
-        height, width = (side * LATENT_SCALE for side in latents.shape[-2:])
-        facts = call_facts(context, width=width, height=height)
-        with reserved(context, record, "vae", facts, operation="vae_decode") as vae:
-            image = sd1.vae_decode(vae, latents)
-        return ImageOutput.of(context.save_image(image), image)
+        return decode_latents(context, record, LATENTS, self.latents.latents_name, LATENT_SCALE, sd1.vae_decode)
 
 
 class SDVaeEncodeInvocation(BaseInvocation):
@@ -174,5 +175,4 @@ class SDVaeEncodeInvocation(BaseInvocation):
         facts = call_facts(context, width=image.width, height=image.height)
         with reserved(context, record, "vae", facts, operation="vae_encode") as vae:
             latents = sd1.vae_encode(vae, image, self.seed)
-        field = LatentsField(latents_name=LATENTS.save(context, latents))
-        return LatentsOutput(latents=field, width=image.width, height=image.height)
+        return latents_output(context, LATENTS, latents, image.width, image.height)
