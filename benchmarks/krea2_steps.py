@@ -47,26 +47,13 @@ from invokeai.backend.attention import (
 from invokeai.backend.generation import krea2
 from invokeai.backend.generation.krea2_attention import install_krea2_attention
 from invokeai.backend.models.config_variants import get_variant
+from invokeai.backend.models.demo import KREA2_TRANSFORMER
 from invokeai.backend.models.krea2 import make_scheduler
 
 MODES: tuple[str | None, ...] = (None, "efficient", "cudnn", "flash", "priority-cudnn")
 REFERENCE_MODE = "efficient"
-# A tiny transformer with grouped-query attention, for --smoke only.
-SMOKE_CONFIG: dict[str, Any] = dict(
-    in_channels=64,
-    num_layers=2,
-    attention_head_dim=16,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=128,
-    timestep_embed_dim=32,
-    text_hidden_dim=32,
-    num_text_layers=3,
-    text_num_attention_heads=4,
-    text_num_key_value_heads=2,
-    text_intermediate_size=64,
-    axes_dims_rope=(4, 6, 6),
-)
+# A tiny transformer with grouped-query attention, for --smoke only: the demo model's.
+SMOKE_CONFIG: dict[str, Any] = dict(KREA2_TRANSFORMER)
 
 
 def mode_name(mode: str | None) -> str:
