@@ -28,11 +28,11 @@ import os
 import resource
 import subprocess
 import sys
-import traceback
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from _forked import in_forked_child
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -137,25 +137,7 @@ def child_peak(case: Case, dtype_name: str, attention: bool) -> int:
 def _forked_peak(case: Case, dtype_name: str, attention: bool) -> int:
     """`child_peak` in a forked child. The parent has imported torch but run no op (so no thread pool exists to be
     broken by the fork): each child starts from the same state in milliseconds instead of a 2 s torch import."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(read_end)
-            os.write(write_end, str(child_peak(case, dtype_name, attention)).encode())
-            status = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        answer = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if status != 0 or not answer:
-        raise RuntimeError(f"child for {case.label()} {dtype_name} failed (wait status {status})")
-    return int(answer)
+    return int(in_forked_child(child_peak, case, dtype_name, attention, what=f"{case.label()} {dtype_name}"))
 
 
 def _spawned_peak(case: Case, dtype_name: str, attention: bool) -> int:

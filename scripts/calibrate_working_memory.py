@@ -25,19 +25,18 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import json
 import math
 import os
 import platform
 import statistics
 import sys
 import tempfile
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from _forked import in_forked_child
 
 from invokeai.backend.attention import install_attention
 from invokeai.backend.cache.component_runs import component_run
@@ -138,28 +137,10 @@ def measure_component(family: str, component: str, demo_root: Path, args: argpar
 
 
 def _in_child(function: Any, *args: Any) -> Any:
-    """Run `function(*args)` in a forked child and return its JSON-able result."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(read_end)
-            torch.set_num_threads(1)
-            with os.fdopen(write_end, "w") as pipe:
-                json.dump(function(*args), pipe)
-            status = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if status != 0 or not data:
-        raise RuntimeError(f"child for {function.__name__}{args[:2]} failed (status {status})")
-    return json.loads(data)
+    """Run `function(*args)` in a forked child (one torch thread) and return its JSON-able result."""
+    return in_forked_child(
+        function, *args, what=f"{function.__name__}{args[:2]}", setup=lambda: torch.set_num_threads(1)
+    )
 
 
 def _build_demos(root: Path) -> list[str]:
