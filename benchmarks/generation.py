@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,44 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _server import free_port, start_server, stop_server, wait_up
 from httpx_sse import connect_sse
 
 QUEUE = "/api/v1/queue/default"
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 TARGET = 1.05
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_server(root: Path, port: int, threads: int | None) -> subprocess.Popen[bytes]:
-    executable = Path(sys.executable).with_name("invokeai-web")
-    found = str(executable) if executable.exists() else shutil.which("invokeai-web")
-    if found is None:
-        sys.exit("invokeai-web is not installed: pip install -e '.[test]'")
-    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("INVOKEAI_")}
-    env.update(HF_HUB_OFFLINE="1", INVOKEAI_LOG_LEVEL="warning")
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
-    return subprocess.Popen(
-        [found, "--root", str(root), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
-
-
-def _wait_up(base: str, process: subprocess.Popen[bytes] | None, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            sys.exit(f"invokeai-web exited with {process.returncode}")
-        try:
-            httpx.get(f"{base}/api/v1/app/version", timeout=5)
-            return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    sys.exit("invokeai-web did not answer")
 
 
 class Completions:
@@ -265,11 +229,11 @@ def main() -> int:
         base = args.url.rstrip("/")
     else:
         root = Path(tempfile.mkdtemp(prefix="invokeai-bench-"))
-        port = _free_port()
+        port = free_port()
         base = f"http://127.0.0.1:{port}"
-        process = _start_server(root, port, args.threads)
+        process = start_server(root, port, args.threads)
     try:
-        _wait_up(base, process)
+        wait_up(base, process, timeout=300)
         with httpx.Client(base_url=base, timeout=60) as client, httpx.Client(base_url=base, timeout=None) as stream:
             completions = Completions(stream)
             paths = _model_paths(client)
@@ -290,11 +254,7 @@ def main() -> int:
             print(f"worst ratio {max(ratios):.3f}: {verdict} the {TARGET} target")
     finally:
         if process is not None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop_server(process)
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
     return 0

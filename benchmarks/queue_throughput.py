@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,44 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _server import free_port, start_server, stop_server, wait_up
 from httpx_sse import connect_sse
 
 QUEUE = "/api/v1/queue/default"
 TRIVIAL_GRAPH = {"nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_server(root: Path, port: int) -> subprocess.Popen[bytes]:
-    executable = Path(sys.executable).with_name("invokeai-web")
-    found = str(executable) if executable.exists() else shutil.which("invokeai-web")
-    if found is None:
-        sys.exit("invokeai-web is not installed: pip install -e '.[test]'")
-    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("INVOKEAI_")}
-    env.update(HF_HUB_OFFLINE="1", INVOKEAI_LOG_LEVEL="warning")
-    return subprocess.Popen(
-        [found, "--root", str(root), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-
-
-def _wait_up(base: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"invokeai-web exited with {process.returncode}")
-        try:
-            httpx.get(f"{base}/api/v1/app/version", timeout=5)
-            return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    sys.exit("invokeai-web did not start")
 
 
 class StatusClock:
@@ -165,11 +128,11 @@ def main() -> int:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="invokeai-bench-"))
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
-    process = _start_server(root, port)
+    process = start_server(root, port)
     try:
-        _wait_up(base, process)
+        wait_up(base, process, timeout=120)
         with httpx.Client(base_url=base, timeout=60) as client, httpx.Client(base_url=base, timeout=None) as stream:
             clock = StatusClock(stream)
             _enqueue(client)  # warm-up: first node run, first image-free graph validation
@@ -177,11 +140,7 @@ def main() -> int:
             _throughput(client, clock, args.items)
             _latency(client, clock, args.latency_items)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_server(process)
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
