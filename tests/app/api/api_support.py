@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
+from wait_support import wait_until
 
 MakeClient = Callable[..., TestClient]
 
@@ -42,16 +43,6 @@ IMAGE_GRAPH = graph_json(
 
 def enqueue(client: TestClient, graph: dict[str, Any], runs: int = 1, **batch: Any) -> Any:
     return client.post(f"{QUEUE}/enqueue_batch", json={"batch": {"graph": graph, "runs": runs, **batch}})
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def wait_finished(client: TestClient, item_id: int, timeout: float = 10.0) -> dict[str, Any]:

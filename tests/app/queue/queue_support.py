@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
+
+from wait_support import wait_until as _wait
 
 from invokeai.app.nodes.graph import Graph
 from invokeai.app.services.events import EventBase, QueueItemStatusChangedEvent
@@ -44,14 +45,7 @@ def image_batch(runs: int = 1) -> Batch:
     )
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.005)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+wait_until = functools.partial(_wait, interval=0.005)  # events arrive on other threads
 
 
 class EventRecorder:
