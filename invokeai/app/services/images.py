@@ -9,7 +9,6 @@ import sqlite3
 import tempfile
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from PIL import Image, ImageOps, PngImagePlugin
 from pydantic import BaseModel, Field
 
 from invokeai.app.services.sqlite import SqliteDatabase
+from invokeai.app.services.timestamps import now_iso
 
 # Names are generated here (uuid4 hex); anything else cannot name a stored image, which is what keeps paths
 # built from client input inside outputs_dir.
@@ -56,11 +56,6 @@ class UnsupportedImageError(ValueError):
 
 class ImageTooLargeError(ValueError):
     pass
-
-
-def _now() -> str:
-    # Fixed precision keeps the strings in time order when sorted as text.
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _png_ready(image: Image.Image) -> Image.Image:
@@ -139,7 +134,7 @@ class ImageService:
             image_name=name,
             width=image.width,
             height=image.height,
-            created_at=_now(),
+            created_at=now_iso(),
             origin=origin,
             session_id=session_id,
             node_id=node_id,

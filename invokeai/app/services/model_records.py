@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from invokeai.app.services.sqlite import SqliteDatabase
+from invokeai.app.services.timestamps import now_iso
 
 ModelFamily = Literal["sd-1", "krea2"]
 ModelFormat = Literal["diffusers", "checkpoint", "gguf"]
@@ -87,10 +87,6 @@ def check_model_name(name: str) -> str:
 _COLUMNS = tuple(ModelRecord.model_fields)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
 def _record(row: sqlite3.Row) -> ModelRecord:
     return ModelRecord(**{column: row[column] for column in _COLUMNS})
 
@@ -102,7 +98,7 @@ class ModelRecordService:
     def add(self, record: ModelRecord, *, owned: bool = False) -> ModelRecord:
         """Store `record`. owned: its files were put there by the server, and `delete` removes them."""
         check_model_name(record.name)
-        now = _now()
+        now = now_iso()
         values = {**record.model_dump(), "owned": int(owned), "created_at": now, "updated_at": now}
         columns = ", ".join(values)
         marks = ", ".join(f":{column}" for column in values)
@@ -168,7 +164,7 @@ class ModelRecordService:
             try:
                 cursor.execute(
                     f"UPDATE models SET {assignments}, updated_at = :updated_at WHERE key = :key",
-                    {**changes, "updated_at": _now(), "key": key},
+                    {**changes, "updated_at": now_iso(), "key": key},
                 )
             except sqlite3.IntegrityError:
                 raise DuplicateModelNameError(f"a model named {changes['name']!r} already exists") from None

@@ -9,7 +9,6 @@ import json
 import logging
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from invokeai.app.services.batch import expand_batch, item_count
@@ -26,6 +25,7 @@ from invokeai.app.services.queue_models import (
     new_id,
 )
 from invokeai.app.services.sqlite import SqliteDatabase
+from invokeai.app.services.timestamps import now_iso
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +40,6 @@ class QueueFullError(Exception):
 
 class QueueItemNotFoundError(KeyError):
     pass
-
-
-def _now() -> str:
-    # Fixed precision keeps the stored strings in time order when compared as text.
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 # The columns a queue_item_status_changed event repeats from the item, under the same names.
@@ -101,7 +96,7 @@ class SessionQueue:
         # Checked before expanding (which validates each graph and may be slow) and again under the lock.
         self._check_room(self.counts_by_status()["pending"], requested)
         sessions = expand_batch(batch)
-        now = _now()
+        now = now_iso()
         with self._db.transaction() as cursor:
             self._check_room(self._pending_count(cursor), requested)
             priority = 0
@@ -148,7 +143,7 @@ class SessionQueue:
 
     def dequeue(self) -> SessionQueueItem | None:
         """Mark the next pending item (highest priority, then oldest) in_progress and return it."""
-        now = _now()
+        now = now_iso()
         with self._db.transaction() as cursor:
             rows = cursor.execute(
                 "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ? WHERE item_id = "
@@ -161,7 +156,7 @@ class SessionQueue:
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
         """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
-        now = _now()
+        now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
         with self._db.transaction() as cursor:
             rows = cursor.execute(
@@ -188,7 +183,7 @@ class SessionQueue:
         )
 
     def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[sqlite3.Row]:
-        now = _now()
+        now = now_iso()
         with self._db.transaction() as cursor:
             rows = cursor.execute(
                 "UPDATE session_queue SET status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ? "
