@@ -66,22 +66,11 @@ class CpuStepTimer(StepBenchmark):
     def start(self) -> None:
         pass
 
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        started = time.perf_counter()
-        yield
-        self.step_seconds.append(time.perf_counter() - started)
+    def _synchronize(self) -> None:
+        pass
 
-    def summary(self) -> dict[str, Any]:
-        rest = self.step_seconds[1:]
-        return {
-            "label": self.label,
-            "mode": self.mode,
-            "steps": len(self.step_seconds),
-            "first_step_ms": round(self.step_seconds[0] * 1000, 3) if self.step_seconds else None,
-            "median_step_ms": round(statistics.median(rest) * 1000, 3) if rest else None,
-            "peak_memory_bytes": 0,
-        }
+    def _peak_memory_bytes(self) -> int:
+        return 0
 
 
 @contextlib.contextmanager

@@ -30,17 +30,23 @@ class StepBenchmark:
         self.label = label
         self.step_seconds: list[float] = []
 
+    def _synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def _peak_memory_bytes(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device)
+
     def start(self) -> None:
         """Call immediately before the denoise loop."""
-        torch.cuda.synchronize(self.device)
+        self._synchronize()
         torch.cuda.reset_peak_memory_stats(self.device)
 
     @contextmanager
     def step(self) -> Iterator[None]:
-        torch.cuda.synchronize(self.device)
+        self._synchronize()
         started = time.perf_counter()
         yield
-        torch.cuda.synchronize(self.device)
+        self._synchronize()
         self.step_seconds.append(time.perf_counter() - started)
 
     def summary(self) -> dict[str, Any]:
@@ -51,7 +57,7 @@ class StepBenchmark:
             "steps": len(self.step_seconds),
             "first_step_ms": round(self.step_seconds[0] * 1000, 3) if self.step_seconds else None,
             "median_step_ms": round(statistics.median(rest) * 1000, 3) if rest else None,
-            "peak_memory_bytes": torch.cuda.max_memory_allocated(self.device),
+            "peak_memory_bytes": self._peak_memory_bytes(),
         }
 
     def log(self) -> dict[str, Any]:
