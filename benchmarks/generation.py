@@ -108,6 +108,22 @@ def _generator(seed: int) -> Any:
     return torch.Generator("cpu").manual_seed(seed)
 
 
+def _pipeline_run(pipe: Any, graph: dict[str, Any], guidance_field: str) -> Callable[[], Any]:
+    """One generation by the diffusers pipeline with the example graph's prompts, size, steps, guidance and seed."""
+    nodes = graph["nodes"]
+    denoise = nodes["denoise"]
+    pipe.set_progress_bar_config(disable=True)
+    return lambda: pipe(
+        nodes["positive"]["prompt"],
+        negative_prompt=nodes["negative"]["prompt"],
+        width=denoise["width"],
+        height=denoise["height"],
+        num_inference_steps=denoise["steps"],
+        guidance_scale=denoise[guidance_field],
+        generator=_generator(denoise["seed"]),
+    ).images[0]
+
+
 def sd_direct(path: Path, graph: dict[str, Any], device: Any, dtype: Any) -> Callable[[], Any]:
     from diffusers import StableDiffusionPipeline
 
@@ -126,16 +142,7 @@ def sd_direct(path: Path, graph: dict[str, Any], device: Any, dtype: Any) -> Cal
         feature_extractor=None,
         requires_safety_checker=False,
     )
-    pipe.set_progress_bar_config(disable=True)
-    return lambda: pipe(
-        nodes["positive"]["prompt"],
-        negative_prompt=nodes["negative"]["prompt"],
-        width=denoise["width"],
-        height=denoise["height"],
-        num_inference_steps=denoise["steps"],
-        guidance_scale=denoise["cfg_scale"],
-        generator=_generator(denoise["seed"]),
-    ).images[0]
+    return _pipeline_run(pipe, graph, guidance_field="cfg_scale")
 
 
 def krea2_direct(path: Path, graph: dict[str, Any], device: Any, dtype: Any) -> Callable[[], Any]:
@@ -145,19 +152,8 @@ def krea2_direct(path: Path, graph: dict[str, Any], device: Any, dtype: Any) -> 
 
     parts = _load(path, device, dtype)
     settings = Krea2Settings.from_model_index(json.loads((path / "model_index.json").read_text(encoding="utf-8")))
-    nodes = graph["nodes"]
-    denoise = nodes["denoise"]
     pipe = Krea2Pipeline(**parts, text_encoder_select_layers=settings.select_layers)
-    pipe.set_progress_bar_config(disable=True)
-    return lambda: pipe(
-        nodes["positive"]["prompt"],
-        negative_prompt=nodes["negative"]["prompt"],
-        width=denoise["width"],
-        height=denoise["height"],
-        num_inference_steps=denoise["steps"],
-        guidance_scale=denoise["guidance_scale"],
-        generator=_generator(denoise["seed"]),
-    ).images[0]
+    return _pipeline_run(pipe, graph, guidance_field="guidance_scale")
 
 
 def _threads() -> int:
