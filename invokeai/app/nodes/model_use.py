@@ -68,7 +68,7 @@ class TensorKind:
     made_by: str
 
     def save(self, context: InvocationContext, *tensors: torch.Tensor) -> str:
-        return context.tensors.save(dict(zip(self.keys, tensors, strict=True)))
+        return context.tensors.save(dict(zip(self.keys, tensors, strict=True)), owner=context.session_id)
 
     def load(self, context: InvocationContext, name: str) -> tuple[torch.Tensor, ...]:
         stored = context.tensors.load(name)

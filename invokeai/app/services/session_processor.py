@@ -156,6 +156,9 @@ class SessionProcessor:
                 self._fail(item, error, results)
         else:
             self._queue.complete(item.item_id, results)
+        finally:
+            if self._tensors is not None:
+                self._tensors.delete_owned(item.session_id)
 
     def _run_node(
         self, item: SessionQueueItem, graph_json: dict[str, Any], node_id: str, outputs: dict[str, BaseInvocationOutput]

@@ -2,7 +2,8 @@
 
 Graph outputs must be JSON, so a node that produces a tensor saves it here and outputs the name; the next node
 loads it by that name. Entries live on the CPU: a tensor left on the execution device between nodes would hold
-memory that the model cache cannot see or free.
+memory that the model cache cannot see or free. Nodes save under their session as owner, and the session processor
+deletes a session's entries when its item ends: nothing outside the item can load them (no API serves tensors).
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ class TensorStore:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, tuple[TensorLike, int]] = OrderedDict()
+        self._owned: dict[str, set[str]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def save(self, obj: TensorLike) -> str:
-        """Store a tensor or a dict of tensors (copied to the CPU); returns its name (32 hex digits)."""
+    def save(self, obj: TensorLike, owner: str | None = None) -> str:
+        """Store a tensor or a dict of tensors (copied to the CPU); returns its name (32 hex digits).
+        With `owner`, `delete_owned(owner)` deletes it."""
         if not (
             isinstance(obj, torch.Tensor)
             or (
@@ -66,6 +69,8 @@ class TensorStore:
                 self._bytes -= dropped
             self._entries[name] = (stored, size)
             self._bytes += size
+            if owner is not None:
+                self._owned.setdefault(owner, set()).add(name)
         return name
 
     def load(self, name: str) -> TensorLike:
@@ -85,6 +90,18 @@ class TensorStore:
             if entry is None:
                 raise KeyError(f"tensor {name!r} not found")
             self._bytes -= entry[1]
+
+    def delete_owned(self, owner: str) -> int:
+        """Delete every entry saved under `owner` that is still here; returns how many were deleted."""
+        with self._lock:
+            names = self._owned.pop(owner, set())
+            deleted = 0
+            for name in names:
+                entry = self._entries.pop(name, None)
+                if entry is not None:
+                    self._bytes -= entry[1]
+                    deleted += 1
+        return deleted
 
     def __contains__(self, name: object) -> bool:
         with self._lock:

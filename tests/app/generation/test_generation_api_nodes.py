@@ -17,13 +17,18 @@ import pytest
 import torch
 from PIL import Image
 from pydantic import ValidationError
+from wait_support import wait_until
 
 from invokeai.app.nodes.base import BaseInvocationOutput, CanceledError, InvocationContext
 from invokeai.app.nodes.graph import Graph, execution_order, prepare_node
 from invokeai.app.nodes.sd1 import SDDenoiseInvocation
+from invokeai.app.services.events import EventBus
 from invokeai.app.services.images import ImageService
 from invokeai.app.services.model_manager import probe_of
 from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord
+from invokeai.app.services.queue_models import Batch
+from invokeai.app.services.session_processor import SessionProcessor
+from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
@@ -434,3 +439,44 @@ def test_model_fields_take_a_key_or_a_name_but_not_both() -> None:
 def test_sd_denoise_offers_the_families_samplers() -> None:
     annotation = SDDenoiseInvocation.model_fields["scheduler"].annotation
     assert get_args(annotation) == sd1_family.SCHEDULER_NAMES
+
+
+# --- what an item leaves behind ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failing", [False, True], ids=["completed", "failed"])
+def test_an_items_tensors_are_deleted_when_it_ends(manager: StandInManager, tmp_path: Path, failing: bool) -> None:
+    # The failing graph's text encoders save conditioning before its denoise refuses a model of the other family.
+    graph = example("sd_text_to_image")
+    if failing:
+        graph = with_inputs(graph, "denoise", model={"name": "demo-krea2"})
+    database = SqliteDatabase(None)
+    events = EventBus()
+    queue = SessionQueue(database, events, max_queue_size=5)
+    tensors = TensorStore()
+    saved: list[str] = []
+    original_save = tensors.save
+
+    def recording_save(obj: Any, owner: str | None = None) -> str:
+        name = original_save(obj, owner)
+        saved.append(name)
+        return name
+
+    tensors.save = recording_save  # type: ignore[method-assign]
+    images = ImageService(database, tmp_path / "outputs", 1 << 20)
+    processor = SessionProcessor(queue, images, events, manager, tensors)  # type: ignore[arg-type]
+    processor.start()
+    try:
+        [item_id] = queue.enqueue_batch("default", Batch(graph=Graph.model_validate(graph))).item_ids
+        status = wait_until(
+            lambda: (s := queue.get("default", item_id).status) in ("completed", "failed") and s,
+            timeout=120,
+            what="the item to end",
+        )
+    finally:
+        processor.stop()
+        database.close()
+    assert status == ("failed" if failing else "completed")
+    assert len(saved) >= 2  # both conditionings at least
+    assert not any(name in tensors for name in saved)
+    assert tensors.total_bytes == 0

@@ -55,3 +55,24 @@ def test_refuses_what_cannot_be_stored() -> None:
         store.save(torch.zeros(1000))
     with pytest.raises(TypeError):
         store.save([torch.zeros(1)])  # type: ignore[arg-type]
+
+
+def test_delete_owned_deletes_that_owners_entries_only() -> None:
+    store = TensorStore()
+    first = store.save(torch.zeros(4), owner="session-a")
+    second = store.save({"embeds": torch.ones(2)}, owner="session-a")
+    other = store.save(torch.zeros(8), owner="session-b")
+    unowned = store.save(torch.zeros(1))
+    assert store.delete_owned("session-a") == 2
+    assert first not in store and second not in store
+    assert other in store and unowned in store
+    assert store.total_bytes == (8 + 1) * 4
+    assert store.delete_owned("session-a") == 0
+
+
+def test_delete_owned_skips_entries_already_gone() -> None:
+    store = TensorStore(max_bytes=16)
+    evicted = store.save(torch.zeros(4), owner="s")  # 16 bytes: the next save drops it
+    kept = store.save(torch.zeros(2), owner="s")
+    assert evicted not in store
+    assert store.delete_owned("s") == 1 and kept not in store and store.total_bytes == 0
