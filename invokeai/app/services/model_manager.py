@@ -109,9 +109,10 @@ class ModelManager:
         return (preferred or candidates)[0]
 
     def forget(self, record: ModelRecord) -> None:
-        """Drop the tokenizers and schedulers of a deleted model. Its modules leave the cache as the least recently
-        used: their keys (the record's key) are never asked for again."""
+        """Drop everything loaded of a deleted model: its modules leave the cache (RAM and device) at once, or when
+        the node using one finishes; its tokenizers and schedulers go too."""
         prefix = f"{record.key}:"
+        self.cache.drop(prefix)
         with self._small_lock:
             for key in [key for key in self._small if key.startswith(prefix)]:
                 del self._small[key]

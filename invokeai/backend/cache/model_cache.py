@@ -55,6 +55,7 @@ class _Entry:
     size: int
     on_device: bool = False
     in_use: int = 0
+    dropped: bool = False  # asked to leave while in use: it leaves when its last user releases it
 
 
 class ModelCache:
@@ -105,6 +106,23 @@ class ModelCache:
                 self._evictions += 1
         return self._cached_bytes() + size <= self.max_cache_ram_bytes
 
+    def drop(self, prefix: str) -> int:
+        """Remove every model whose key starts with `prefix` (the components of a deleted model), freeing its RAM
+        and device memory now rather than when it would be least recently used. A model in use leaves when its
+        node releases it. Returns how many models were removed now."""
+        with self._lock:
+            removed = 0
+            for key in [key for key in self._entries if key.startswith(prefix)]:
+                entry = self._entries[key]
+                if entry.in_use:
+                    entry.dropped = True
+                else:
+                    del self._entries[key]
+                    removed += 1
+        if removed and reserves_device_memory(self.execution_device):
+            release_cached_blocks(self.execution_device)
+        return removed
+
     def _cached_bytes(self) -> int:
         return sum(entry.size for entry in self._entries.values())
 
@@ -136,6 +154,8 @@ class ModelCache:
         finally:
             with self._lock:
                 entry.in_use -= 1
+                if entry.dropped and not entry.in_use and self._entries.get(key) is entry:
+                    del self._entries[key]
 
     def _reserve(self, wanted: _Entry, needed: int) -> int:
         """Offload models other than `wanted` (not in use, least recently used first) until `needed` bytes are

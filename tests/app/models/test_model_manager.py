@@ -79,8 +79,13 @@ def test_a_gguf_transformer_borrows_from_demo_krea2(manager: ModelManager, clien
 
 def test_deleting_a_model_drops_what_was_loaded(manager: ModelManager, client: TestClient) -> None:
     sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    krea2 = manager.resolve(ModelIdentifier(name="demo-krea2"))
     tokenizer = manager.load(sd1, "tokenizer")
+    manager.load(sd1, "vae")
+    manager.load(krea2, "vae")
     assert client.delete(f"/api/v2/models/i/{sd1.key}").status_code == 204
+    # Its modules leave the cache at once (their RAM is freed now, not when they would be least recently used).
+    assert [entry["key"] for entry in manager.cache.stats()["resident"]] == [f"{krea2.key}:vae"]
     record = install(client, Path(sd1.path), inplace=True).json()
     assert manager.load(ModelRecord(**record), "tokenizer") is not tokenizer
 

@@ -120,6 +120,27 @@ def test_a_model_in_use_is_not_evicted() -> None:
     assert resident(cache) == ["a", "c"]
 
 
+def test_drop_removes_the_models_under_a_prefix_at_once() -> None:
+    cache = ModelCache(10 * LINEAR_BYTES, CPU, 0)
+    calls: list[str] = []
+    for key in ("m1:unet", "m1:vae", "m10:vae", "m2:vae"):
+        cache.load(key, linear_loader(calls, key))
+    assert cache.drop("m1:") == 2
+    assert resident(cache) == ["m10:vae", "m2:vae"]
+    cache.load("m1:vae", linear_loader(calls, "m1:vae"))
+    assert calls.count("m1:vae") == 2  # loaded again: nothing of the dropped model was kept
+
+
+def test_a_model_dropped_while_in_use_leaves_when_released() -> None:
+    cache = ModelCache(10 * LINEAR_BYTES, CPU, 0)
+    calls: list[str] = []
+    with cache.on_device("m1:unet", linear_loader(calls, "m1:unet"), 0) as model:
+        assert cache.drop("m1:") == 0
+        assert resident(cache) == ["m1:unet"]  # the running node keeps its model
+        assert isinstance(model, nn.Linear)
+    assert resident(cache) == []
+
+
 def test_concurrent_loads_of_one_key_load_it_once() -> None:
     cache = ModelCache(10 * LINEAR_BYTES, CPU, 0)
     calls: list[str] = []
