@@ -16,6 +16,15 @@ def configure_logging(level: str) -> None:
 _ML_LIBRARIES = ("transformers", "diffusers")
 
 
+class _NoTorchvisionFallbackNotice(logging.Filter):
+    """transformers warns, on importing the pipelines' image processors, that it falls back to their PIL versions
+    without torchvision. The server never runs an image processor (the families it serves take text and latents), so
+    the warning would only alarm an admin at every start."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "requires torchvision" not in record.getMessage()
+
+
 def route_ml_library_logging() -> None:
     """transformers and diffusers print through stderr handlers of their own, and draw tqdm bars while saving or
     loading; send their messages through ours instead, so that every line of the server log has one format.
@@ -32,3 +41,6 @@ def route_ml_library_logging() -> None:
         library_logging.disable_progress_bar()
     # The GGUF writer logs every file it writes at INFO, including the staging paths of the demo build.
     logging.getLogger("gguf").setLevel(logging.WARNING)
+    import_notices = logging.getLogger("transformers.utils.import_utils")
+    if not any(isinstance(f, _NoTorchvisionFallbackNotice) for f in import_notices.filters):
+        import_notices.addFilter(_NoTorchvisionFallbackNotice())
