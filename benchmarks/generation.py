@@ -214,6 +214,10 @@ def main() -> int:
         "machine with few cores the idle one's OpenMP workers spin on the cores the busy one needs: use 1 there",
     )
     args = parser.parse_args()
+    from invokeai.app.logging_setup import configure_logging, route_ml_library_logging
+
+    configure_logging("warning")
+    route_ml_library_logging()  # no loading bars or import notices between the figures
     if args.threads is not None:
         import torch
 
