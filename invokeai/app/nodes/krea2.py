@@ -9,6 +9,7 @@ node; a graph may also name a different model per node.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -37,8 +38,13 @@ from invokeai.app.nodes.model_use import (
 from invokeai.backend.models import krea2 as krea2_family
 
 if TYPE_CHECKING:
+    import torch
+
     from invokeai.app.services.model_records import ModelRecord
     from invokeai.backend.generation.krea2 import Krea2Settings
+    from invokeai.backend.generation.preview import RgbProjection
+
+logger = logging.getLogger(__name__)
 
 FAMILY = krea2_family.FAMILY
 LATENT_SCALE = 8  # the Qwen-Image VAE
@@ -57,6 +63,18 @@ def _pipeline_settings(record: ModelRecord) -> Krea2Settings:
 
     index = Path(record.path) / "model_index.json"
     return Krea2Settings.from_model_index(json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {})
+
+
+def _preview_projection(context: InvocationContext, record: ModelRecord) -> RgbProjection | None:
+    """The preview map of the VAE that will decode these latents; None (no previews) when it cannot be had, since a
+    preview is never worth failing a generation for. The missing VAE itself is reported by krea2_vae_decode."""
+    from invokeai.backend.generation import krea2
+
+    try:
+        return krea2.preview_projection(context.models.load(provider(context, record, "vae"), "vae"))
+    except Exception as error:
+        logger.warning("krea2_denoise: no step previews for model %r: %s", record.name, error)
+        return None
 
 
 class Krea2TextEncoderInvocation(BaseInvocation):
@@ -129,9 +147,12 @@ class Krea2DenoiseInvocation(BaseInvocation):
         settings = _pipeline_settings(pipeline)
         scheduler = krea2_family.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
 
-        def on_step(step: int, total: int, latents: object) -> None:
-            # Also the cancel check. No preview: Krea-2 latents have no cheap RGB approximation.
-            context.progress(step, total)
+        projection = _preview_projection(context, record)
+
+        def on_step(step: int, total: int, latents: torch.Tensor) -> None:
+            # Also the cancel check.
+            preview = None if projection is None else krea2.latents_preview(latents, projection)
+            context.progress(step, total, preview)
 
         facts = call_facts(
             context, width=self.width, height=self.height, prompt_tokens=embeds.shape[1], guidance=guided

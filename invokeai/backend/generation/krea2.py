@@ -5,12 +5,14 @@ seed, steps and size the image is the pipeline's. The denoise loop also carries 
 the grouped-query processor (`krea2_attention`), the INVOKE_KREA2_SDPA_BACKEND window (read once per generation)
 and the per-step benchmark that variable turns on.
 
-Imports only torch and diffusers at module level (Pillow only in `vae_decode`), so the GPU benchmark can use it.
+Imports only torch and diffusers at module level (Pillow only in `vae_decode` and the previews), so the GPU benchmark
+can use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,8 @@ from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, see
 
 if TYPE_CHECKING:
     from PIL import Image
+
+    from invokeai.backend.generation.preview import RgbProjection
 
 # The Qwen-Image chat template Krea-2 was trained with. The prompt is padded to a fixed length *inside* the
 # template, the assistant suffix follows the padding, and the system prefix is cut from the encoder output.
@@ -238,3 +242,36 @@ def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
     inverse_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(latents.device, latents.dtype)
     decoded = vae.decode(latents / inverse_std + mean, return_dict=False)[0][:, :, 0]
     return VaeImageProcessor(vae_scale_factor=VAE_SCALE_FACTOR).postprocess(decoded, output_type="pil")[0]
+
+
+# One fitted preview map per VAE module, dropped with the module when the model cache lets it go.
+_PREVIEW_MAPS: weakref.WeakKeyDictionary[Any, RgbProjection] = weakref.WeakKeyDictionary()
+
+
+@torch.no_grad()
+def preview_projection(vae: Any) -> RgbProjection:
+    """The map from denoiser latents to preview RGB for this Qwen-Image VAE, fitted on its first use (no published
+    map exists for this latent space; see `generation.preview`). The fit encodes 48 colours of 16x16 pixels wherever
+    the VAE is, which is small next to the working memory reserved for the denoise."""
+    from invokeai.backend.generation.preview import fit_rgb_projection
+
+    projection = _PREVIEW_MAPS.get(vae)
+    if projection is None:
+        z_dim = vae.config.z_dim
+        mean = torch.tensor(vae.config.latents_mean, dtype=torch.float32).view(1, z_dim, 1, 1)
+        std = torch.tensor(vae.config.latents_std, dtype=torch.float32).view(1, z_dim, 1, 1)
+
+        def encode(images: torch.Tensor) -> torch.Tensor:
+            frames = images.to(device=vae.device, dtype=vae.dtype).unsqueeze(2)  # one video frame
+            z = vae.encode(frames).latent_dist.mode()[:, :, 0].float().cpu()
+            return (z - mean) / std  # the normalised latents the transformer denoises
+
+        projection = _PREVIEW_MAPS[vae] = fit_rgb_projection(encode)
+    return projection
+
+
+def latents_preview(latents: torch.Tensor, projection: RgbProjection) -> Image.Image:
+    """A cheap RGB approximation of the first image in these (unpacked) latents."""
+    from invokeai.backend.generation.preview import rgb_preview
+
+    return rgb_preview(latents, projection)

@@ -10,25 +10,27 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 
+from invokeai.backend.generation.preview import RgbProjection, rgb_preview
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
 # Every SD-1 VAE downsamples by 8 (four blocks); the pipeline derives the same from the VAE config.
 VAE_SCALE_FACTOR = 8
-PREVIEW_MAX_SIZE = 64
 
 # Linear map from the four SD-1.x latent channels to RGB in about [-1, 1]: a published least-squares fit of decoded
 # pixels on latents. Good enough to see composition and colour in a step preview, at the cost of one matmul.
-LATENT_RGB_FACTORS = torch.tensor(
-    [
-        [0.3444, 0.1385, 0.0670],
-        [0.1247, 0.4027, 0.1494],
-        [-0.3192, 0.2513, 0.2103],
-        [-0.1307, -0.1874, -0.7445],
-    ]
+LATENT_RGB = RgbProjection(
+    weights=torch.tensor(
+        [
+            [0.3444, 0.1385, 0.0670],
+            [0.1247, 0.4027, 0.1494],
+            [-0.3192, 0.2513, 0.2103],
+            [-0.1307, -0.1874, -0.7445],
+        ]
+    ),
+    bias=torch.zeros(3),
 )
 
 
@@ -161,12 +163,6 @@ def vae_encode(vae: Any, image: Image.Image, seed: int) -> torch.Tensor:
     return posterior.sample(seeded_generator(seed)) * vae.config.scaling_factor
 
 
-@torch.no_grad()
 def latents_preview(latents: torch.Tensor) -> Image.Image:
     """A cheap RGB approximation of the first image in `latents`, at most PREVIEW_MAX_SIZE pixels a side."""
-    factors = LATENT_RGB_FACTORS.to(device=latents.device, dtype=torch.float32)
-    rgb = torch.einsum("chw,cr->hwr", latents[0].float(), factors)
-    pixels = ((rgb + 1.0) * 127.5).clamp(0, 255).to(torch.uint8).cpu().numpy()
-    image = Image.fromarray(np.ascontiguousarray(pixels))
-    image.thumbnail((PREVIEW_MAX_SIZE, PREVIEW_MAX_SIZE))
-    return image
+    return rgb_preview(latents, LATENT_RGB)

@@ -287,9 +287,11 @@ def test_krea2_examples_make_the_pipelines_image(manager: StandInManager, tmp_pa
     denoise = graph["nodes"]["denoise"]
     assert image.size == (denoise["width"], denoise["height"])
     assert max_difference(image, _krea2_pipeline_image(manager, graph)) <= 1
-    # Krea-2 reports every step without a preview.
-    steps = [(step, total, preview) for node_id, step, total, preview in run.progress if node_id == "denoise"]
-    assert steps == [(s, denoise["steps"], None) for s in range(1, denoise["steps"] + 1)]
+    # Every step is reported, with a preview mapped through the VAE that decodes (the paired pipeline's for GGUF).
+    steps = [(step, total) for node_id, step, total, _ in run.progress if node_id == "denoise"]
+    assert steps == [(s, denoise["steps"]) for s in range(1, denoise["steps"] + 1)]
+    size = (denoise["width"] // 8, denoise["height"] // 8)
+    assert all(isinstance(p, Image.Image) and p.size == size for *_, p in run.progress)
 
 
 def test_a_gguf_transformer_alone_names_every_krea2_node(manager: StandInManager, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from invokeai.backend.generation import sd1
+from invokeai.backend.generation.preview import PREVIEW_MAX_SIZE
 from invokeai.backend.models import sd1 as sd1_family
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -199,7 +200,7 @@ def test_latents_preview_is_small_and_cheap() -> None:
     small = sd1.latents_preview(torch.randn(1, 4, 8, 8))
     assert small.size == (8, 8) and small.mode == "RGB"
     large = sd1.latents_preview(torch.randn(1, 4, 128, 96))
-    assert max(large.size) <= sd1.PREVIEW_MAX_SIZE and large.size == (48, 64)  # PIL sizes are (width, height)
+    assert max(large.size) <= PREVIEW_MAX_SIZE and large.size == (48, 64)  # PIL sizes are (width, height)
     # Latents that decode to a strongly coloured image give that colour: channel 0 drives red up, channel 3 blue down.
     red = torch.zeros(1, 4, 8, 8)
     red[:, 0] = 1.0
