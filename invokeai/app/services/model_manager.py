@@ -15,11 +15,10 @@ from invokeai.app.logging_setup import route_ml_library_logging
 from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord, ModelRecordService
 from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.models import krea2, sd1
-from invokeai.backend.models.loaders import components_of, load_component
+from invokeai.backend.models.errors import UnsupportedModelError
+from invokeai.backend.models.loaders import architecture, components_of, load_component
 from invokeai.backend.models.probe import ProbeResult
 
-# The Krea-2 pipeline that a lone GGUF transformer borrows its text encoder and VAE from, when it is installed.
-PREFERRED_COMPANION = "demo-krea2"
 # Components that are torch modules (the cache's business); the others are tokenizers and schedulers.
 MODULE_COMPONENTS = {sd1.FAMILY: sd1.MODEL_COMPONENTS, krea2.FAMILY: krea2.MODEL_COMPONENTS}
 
@@ -93,8 +92,11 @@ class ModelManager:
             yield module
 
     def companion(self, record: ModelRecord, component: str) -> ModelRecord:
-        """A pipeline of `record`'s family that has `component`, for a model that lacks it (a lone transformer):
-        the one named PREFERRED_COMPANION if installed, else the first by name."""
+        """For a model that lacks `component` (a lone transformer): the first pipeline of its family, by name, that
+        has it and was made for the same architecture of what the model holds, so the text encoder and VAE fit the
+        transformer (a tiny demo transformer pairs with the demo pipeline, a full-size one with a full-size
+        pipeline, whatever else is installed)."""
+        own = self.components(record)
         candidates = [
             other
             for other in self.records.list(family=record.family, type="main")
@@ -105,8 +107,20 @@ class ModelManager:
                 f"model {record.name!r} has no {component}, and no {record.family} pipeline (diffusers) is installed "
                 f"to take it from; install one, e.g. with install_demo_models"
             )
-        preferred = [other for other in candidates if other.name == PREFERRED_COMPANION]
-        return (preferred or candidates)[0]
+        for other in candidates:
+            if all(self._same_architecture(record, other, held) for held in own):
+                return other
+        raise ModelNotFoundError(
+            f"model {record.name!r} has no {component}, and no installed {record.family} pipeline was made for its "
+            f"{' and '.join(own)} (installed: {', '.join(other.name for other in candidates)}); install the pipeline "
+            f"it belongs to, or name a model that has {component} in that node"
+        )
+
+    def _same_architecture(self, record: ModelRecord, other: ModelRecord, component: str) -> bool:
+        try:
+            return architecture(probe_of(record), component) == architecture(probe_of(other), component)
+        except (OSError, ValueError, UnsupportedModelError):
+            return False  # a pipeline whose config cannot be read is not one to pair with
 
     def forget(self, record: ModelRecord) -> None:
         """Drop everything loaded of a deleted model: its modules leave the cache (RAM and device) at once, or when

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
@@ -19,6 +20,18 @@ def components_of(probe: ProbeResult) -> tuple[str, ...]:
     if probe.format == "gguf":
         return ("transformer",)
     return COMPONENTS[probe.family]
+
+
+def architecture(probe: ProbeResult, component: str) -> dict[str, Any]:
+    """The component's config without diffusers' bookkeeping (`_class_name`, `_diffusers_version` ...), read from
+    the files, no weights loaded: two components with equal architectures are interchangeable in a pipeline."""
+    if component not in components_of(probe):
+        raise UnsupportedModelError(f"{probe.path.name}: a {probe.family} {probe.format} model has no {component}")
+    if probe.format == "diffusers":
+        config = json.loads((probe.path / component / "config.json").read_text(encoding="utf-8"))
+    else:
+        config = _variant(probe).component_config(component)
+    return {key: value for key, value in config.items() if not key.startswith("_")}
 
 
 def load_component(

@@ -77,6 +77,33 @@ def test_a_gguf_transformer_borrows_from_demo_krea2(manager: ModelManager, clien
         manager.companion(gguf, "vae")
 
 
+def test_a_lone_transformer_pairs_only_with_a_pipeline_of_its_architecture(
+    manager: ModelManager, tmp_path: Path
+) -> None:
+    import json
+
+    from invokeai.backend.models.config_variants import get_variant
+
+    # A full-size Krea-2 pipeline, as far as pairing looks (its transformer config); its name sorts first.
+    full_size = tmp_path / "krea2-full"
+    (full_size / "transformer").mkdir(parents=True)
+    config = get_variant("krea2").component_config("transformer")
+    (full_size / "transformer" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    demo = manager.resolve(ModelIdentifier(name="demo-krea2"))
+    full = manager.records.add(demo.model_copy(update={"key": "full", "name": "aa-krea2-full", "path": str(full_size)}))
+    tiny_gguf = manager.resolve(ModelIdentifier(name="demo-krea2-gguf"))
+    assert manager.companion(tiny_gguf, "vae").name == "demo-krea2"  # not the full-size pipeline, first by name
+    full_gguf = manager.records.add(
+        tiny_gguf.model_copy(update={"key": "full-gguf", "name": "krea2-full-q8", "config_variant": "krea2"})
+    )
+    assert manager.companion(full_gguf, "text_encoder") == full
+    manager.records.delete(full.key)
+    with pytest.raises(
+        ModelNotFoundError, match=r"no installed krea2 pipeline was made for its transformer \(installed: demo-krea2\)"
+    ):
+        manager.companion(full_gguf, "vae")
+
+
 def test_deleting_a_model_drops_what_was_loaded(manager: ModelManager, client: TestClient) -> None:
     sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
     krea2 = manager.resolve(ModelIdentifier(name="demo-krea2"))
