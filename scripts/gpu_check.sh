@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything CUDA-gated, in one command, on a machine with torch + CUDA + pytest and nothing else of the server's
 # (no diffusers, fastapi or pydantic; no package registry): the attention tests (the CUDA ones included), the kernel
-# benchmark, the wrapper-overhead benchmark, the math-memory calibration, and the Krea-2 step benchmark where it
-# exists and diffusers imports.
+# benchmark, the wrapper-overhead benchmark, the math-memory calibration, and the Krea-2 step benchmark where
+# diffusers imports (carry it: `bash scripts/gpu_wheels.sh` here, then carry ".whl" in the device run).
 #
 #   bash scripts/gpu_check.sh OUTDIR
 #
@@ -25,6 +25,19 @@ cd "$REPO"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 PY="${PYTHON:-$(command -v python || command -v python3)}"
+
+# Wheels carried from a machine with a registry (scripts/gpu_wheels.sh: diffusers for the Krea-2 step benchmark).
+WHEELS_NOTE="no .whl/ carried"
+if compgen -G "$REPO/.whl/*.whl" >/dev/null; then
+    SITE="$(mktemp -d)"
+    if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$REPO"/.whl/*.whl \
+        >"$OUT/wheels.txt" 2>&1; then
+        export PYTHONPATH="$PYTHONPATH:$SITE"
+        WHEELS_NOTE="installed from .whl/: $(cd "$REPO/.whl" && echo *.whl)"
+    else
+        WHEELS_NOTE="installing .whl/ failed (see wheels.txt)"
+    fi
+fi
 
 BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"
 START_S=$SECONDS
@@ -66,6 +79,7 @@ run_step() {
     echo "host: $(uname -a)"
     echo "python: $PY ($("$PY" --version 2>&1))"
     echo "git: $(git rev-parse HEAD 2>/dev/null || echo 'not a git checkout') $(git status --porcelain 2>/dev/null | wc -l) changed paths"
+    echo "wheels: $WHEELS_NOTE"
     echo
     timeout 30 nvidia-smi 2>&1 || echo "nvidia-smi failed (rc $?)"
     echo
