@@ -66,12 +66,22 @@ def _pipeline_settings(record: ModelRecord) -> Krea2Settings:
 
 
 def _preview_projection(context: InvocationContext, record: ModelRecord) -> RgbProjection | None:
-    """The preview map of the VAE that will decode these latents; None (no previews) when it cannot be had, since a
-    preview is never worth failing a generation for. The missing VAE itself is reported by krea2_vae_decode."""
+    """The preview map of the VAE that will decode these latents, fitted the first time on the execution device;
+    None (no previews) when it cannot be had, since a preview is never worth failing a generation for. The missing
+    VAE itself is reported by krea2_vae_decode."""
     from invokeai.backend.generation import krea2
+    from invokeai.backend.generation.preview import FIT_COLOURS, FIT_SIZE
 
     try:
-        return krea2.preview_projection(context.models.load(provider(context, record, "vae"), "vae"))
+        source = provider(context, record, "vae")
+        known = krea2.known_preview_projection(context.models.load(source, "vae"))
+        if known is not None:
+            return known
+        facts = call_facts(context, width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS)
+        # Krea-2 has no encode estimator (no node encodes); the decoder is the heavier half of the VAE, so its
+        # estimate at the fit's size and batch bounds the encoder's.
+        with reserved(context, source, "vae", facts, operation="vae_decode") as vae:
+            return krea2.preview_projection(vae)
     except Exception as error:
         logger.warning("krea2_denoise: no step previews for model %r: %s", record.name, error)
         return None

@@ -248,11 +248,16 @@ def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
 _PREVIEW_MAPS: weakref.WeakKeyDictionary[Any, RgbProjection] = weakref.WeakKeyDictionary()
 
 
+def known_preview_projection(vae: Any) -> RgbProjection | None:
+    """The map `preview_projection` fitted for this VAE module earlier, if it did."""
+    return _PREVIEW_MAPS.get(vae)
+
+
 @torch.no_grad()
 def preview_projection(vae: Any) -> RgbProjection:
-    """The map from denoiser latents to preview RGB for this Qwen-Image VAE, fitted on its first use (no published
-    map exists for this latent space; see `generation.preview`). The fit encodes 48 colours of 16x16 pixels wherever
-    the VAE is, which is small next to the working memory reserved for the denoise."""
+    """The map from denoiser latents to preview RGB for this Qwen-Image VAE, fitted on first use (no published map
+    exists for this latent space; see `generation.preview`) where the VAE is: the caller puts it on the execution
+    device with working memory for FIT_COLOURS images of FIT_SIZE pixels."""
     from invokeai.backend.generation.preview import fit_rgb_projection
 
     projection = _PREVIEW_MAPS.get(vae)

@@ -333,6 +333,23 @@ def test_every_model_call_is_reserved_with_its_estimate(manager: StandInManager,
     assert all(bytes_ > 0 for _, _, bytes_ in manager.reservations)
 
 
+def test_krea2_fits_its_preview_map_once_under_a_reservation(demo_records: list[ModelRecord], tmp_path: Path) -> None:
+    from invokeai.backend.generation.preview import FIT_COLOURS, FIT_SIZE
+
+    manager = StandInManager(demo_records)  # modules of its own: no map fitted yet
+    graph = with_inputs(example("krea2_text_to_image"), "denoise", steps=1)
+    Run(manager, tmp_path)(graph)
+    first = list(manager.reservations)
+    manager.reservations.clear()
+    Run(manager, tmp_path)(graph)
+    vae = manager.load(manager.records["demo-krea2"], "vae")
+    facts = CallFacts(device=CPU, dtype=torch.float32, width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS)
+    fit_bytes = estimate_working_memory("krea2", "vae_decode", vae.config, facts).total(CPU, torch.float32)
+    fit = ("demo-krea2", "vae", fit_bytes)
+    assert fit in first and first.index(fit) < [component for _, component, _ in first].index("transformer")
+    assert fit not in manager.reservations  # the second run reuses the map
+
+
 def test_sd_denoise_without_guidance_reserves_for_one_unet_batch(manager: StandInManager, tmp_path: Path) -> None:
     graph = with_inputs(example("sd_text_to_image"), "denoise", steps=1, cfg_scale=1.0)
     del graph["nodes"]["negative"]
