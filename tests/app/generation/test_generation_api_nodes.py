@@ -41,13 +41,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from threads; on a shared 2-core machine spinning OpenMP workers slow them badly.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 class StandInManager:

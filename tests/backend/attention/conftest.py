@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from invokeai.backend.attention import devices
-from invokeai.backend.attention.testing import StandInDispatcher, pristine_attention
+from invokeai.backend.attention.testing import pristine_attention
 
 
 @pytest.fixture(autouse=True)
@@ -29,16 +29,6 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(devices, "has_reported_device", lambda: True)
     monkeypatch.setattr(devices, "has_cuda", lambda: True)
     monkeypatch.setattr(devices, "is_sage_tensor", lambda tensor: True)
-
-
-@pytest.fixture
-def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Callable[..., StandInDispatcher]:
-    def make(*can_serve: str) -> StandInDispatcher:
-        stand_in = StandInDispatcher(set(can_serve))
-        monkeypatch.setattr(devices, "fused_sdp_choice", stand_in)
-        return stand_in
-
-    return make
 
 
 def _qkv(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[torch.Tensor, ...]:

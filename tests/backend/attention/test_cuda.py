@@ -31,7 +31,7 @@ from invokeai.backend.attention import (
 )
 from invokeai.backend.attention.probe import PROBE_SHAPE, probe_kernels
 from invokeai.backend.attention.score_matrix import ACCELERATOR_BYTES_PER_SCORE_ELEMENT
-from invokeai.backend.attention.torch_flags import apply_flags, read_flags
+from invokeai.backend.attention.testing import pristine_attention
 
 pytestmark = [
     pytest.mark.cuda,
@@ -49,14 +49,8 @@ def restored_attention() -> Iterator[None]:
     uninstall_attention() alone is not enough where a test bound a stand-in SDPA before installing: uninstalling
     restores the function that was bound at install time, i.e. the stand-in.
     """
-    original = F.scaled_dot_product_attention
-    flags = read_flags()
-    try:
+    with pristine_attention():
         yield
-    finally:
-        uninstall_attention()
-        F.scaled_dot_product_attention = original
-        apply_flags(flags)
 
 
 def _qkv(

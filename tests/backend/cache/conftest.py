@@ -4,41 +4,25 @@ dispatcher (the CPU answering like a GPU's dispatcher, as in tests/backend/atten
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
-from invokeai.backend.attention import devices
-from invokeai.backend.attention.testing import StandInDispatcher, pristine_attention
+from invokeai.backend.attention.testing import pristine_attention
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models gain nothing from threads, and the machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_torch_thread(one_torch_thread: None) -> None:
+    """Every test here runs on one torch thread (the fixture of tests/conftest.py, made automatic)."""
 
 
 @pytest.fixture(autouse=True)
 def clean_attention() -> Iterator[None]:
     with pristine_attention():
         yield
-
-
-@pytest.fixture
-def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Callable[..., StandInDispatcher]:
-    def make(*can_serve: str) -> StandInDispatcher:
-        stand_in = StandInDispatcher(set(can_serve))
-        monkeypatch.setattr(devices, "fused_sdp_choice", stand_in)
-        return stand_in
-
-    return make
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from invokeai.backend.attention import (
     WINDOW_ENV,
@@ -21,9 +20,9 @@ from invokeai.backend.attention import (
     attention_caller,
     attention_stats,
     install_attention,
-    uninstall_attention,
 )
-from invokeai.backend.attention.torch_flags import apply_flags, read_flags
+from invokeai.backend.attention.testing import pristine_attention
+from invokeai.backend.attention.torch_flags import read_flags
 from invokeai.backend.generation import krea2
 from invokeai.backend.generation.krea2_attention import EXPANDED, Krea2GroupedQueryAttnProcessor
 from invokeai.backend.models import krea2 as krea2_family
@@ -36,24 +35,15 @@ SIZE = 64
 SHORT_TEXT = 16  # max_sequence_length for the tests that do not compare against the pipeline's default
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from threads; on a shared 2-core machine spinning OpenMP workers slow them badly.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(autouse=True)
 def clean_attention(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No window unless a test sets one, and the process's SDPA and kernel flags as they were afterwards."""
     monkeypatch.delenv(WINDOW_ENV, raising=False)
-    original, flags = F.scaled_dot_product_attention, read_flags()
-    yield
-    uninstall_attention()
-    F.scaled_dot_product_attention = original
-    apply_flags(flags)
+    with pristine_attention():
+        yield
 
 
 @pytest.fixture(scope="session")

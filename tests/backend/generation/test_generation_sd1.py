@@ -4,7 +4,6 @@ give the same image (within 1/255 per pixel)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,13 +24,7 @@ CFG = 7.5
 SIZE = 64
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from threads; on a shared 2-core machine spinning OpenMP workers slow them badly.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="session")

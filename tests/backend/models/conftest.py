@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models gain nothing from threads, and on a shared 2-core machine OpenMP workers spin-waiting for a busy
-    core made a 0.3 s generation take 10 s; one thread keeps these tests' time steady."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_torch_thread(one_torch_thread: None) -> None:
+    """Every test here runs on one torch thread (the fixture of tests/conftest.py, made automatic)."""
 
 
 @pytest.fixture(scope="session")

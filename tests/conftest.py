@@ -1,0 +1,39 @@
+"""Fixtures shared across test folders. torch is imported inside them, so tests that need none of it (the
+configuration and API tests) do not pay for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from invokeai.backend.attention.testing import StandInDispatcher
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models gain nothing from threads, and on a shared 2-core machine OpenMP workers spin-waiting for a busy
+    core made a 0.3 s generation take 10 s; one thread keeps these tests' time steady."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Callable[..., StandInDispatcher]:
+    """`dispatcher("FLASH_ATTENTION", ...)`: PyTorch's dispatcher replaced by one that serves only those kernels,
+    walking the installed order and flags as a GPU's would."""
+    from invokeai.backend.attention import devices
+    from invokeai.backend.attention.testing import StandInDispatcher
+
+    def make(*can_serve: str) -> StandInDispatcher:
+        stand_in = StandInDispatcher(set(can_serve))
+        monkeypatch.setattr(devices, "fused_sdp_choice", stand_in)
+        return stand_in
+
+    return make
