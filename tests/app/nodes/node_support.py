@@ -7,6 +7,7 @@ from typing import Any
 from PIL import Image
 
 from invokeai.app.nodes.base import InvocationContext
+from invokeai.app.nodes.graph import Graph
 from invokeai.app.services.images import ImageService
 
 
@@ -32,3 +33,19 @@ class ContextFactory:
             on_progress=lambda step, total, preview: self.progress.append((step, total, preview)),
             is_canceled=lambda: self.canceled,
         )
+
+
+def edge(source: str, destination: str) -> dict[str, Any]:
+    """An edge from "node.field" to "node.field"."""
+    (source_node, source_field), (destination_node, destination_field) = source.split("."), destination.split(".")
+    return {
+        "source": {"node_id": source_node, "field": source_field},
+        "destination": {"node_id": destination_node, "field": destination_field},
+    }
+
+
+def graph(nodes: dict[str, dict[str, Any]], edges: list[dict[str, Any]] | None = None) -> Graph:
+    """A validated graph from {node_id: {type, ...inputs}} and edges."""
+    return Graph.model_validate(
+        {"id": "g", "nodes": {key: {"id": key, **node} for key, node in nodes.items()}, "edges": edges or []}
+    )

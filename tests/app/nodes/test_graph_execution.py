@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from node_support import edge, graph
 
 from invokeai.app.nodes.base import BaseInvocationOutput
 from invokeai.app.nodes.graph import Graph, GraphValidationError, execution_order, prepare_node, substitute_field
@@ -13,20 +14,6 @@ from invokeai.app.nodes.image import ImageOutput
 from invokeai.app.nodes.primitives import FloatInvocation, FloatOutput, IntegerOutput, RandomIntInvocation
 
 RunGraph = Callable[[Graph], dict[str, BaseInvocationOutput]]
-
-
-def edge(source: str, destination: str) -> dict[str, Any]:
-    (source_node, source_field), (destination_node, destination_field) = source.split("."), destination.split(".")
-    return {
-        "source": {"node_id": source_node, "field": source_field},
-        "destination": {"node_id": destination_node, "field": destination_field},
-    }
-
-
-def graph(nodes: dict[str, dict[str, Any]], edges: list[dict[str, Any]] | None = None) -> Graph:
-    return Graph.model_validate(
-        {"id": "g", "nodes": {key: {"id": key, **node} for key, node in nodes.items()}, "edges": edges or []}
-    )
 
 
 def test_order_puts_every_node_after_its_sources_and_is_deterministic() -> None:

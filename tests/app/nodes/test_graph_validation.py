@@ -5,23 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from node_support import edge, graph
 
 from invokeai.app.nodes.graph import Graph, GraphValidationError, validate_graph
-
-
-def edge(source: str, destination: str) -> dict[str, Any]:
-    (source_node, source_field), (destination_node, destination_field) = source.split("."), destination.split(".")
-    return {
-        "source": {"node_id": source_node, "field": source_field},
-        "destination": {"node_id": destination_node, "field": destination_field},
-    }
-
-
-def graph(nodes: dict[str, dict[str, Any]], edges: list[dict[str, Any]] | None = None) -> Graph:
-    return Graph.model_validate(
-        {"id": "g", "nodes": {key: {"id": key, **node} for key, node in nodes.items()}, "edges": edges or []}
-    )
-
 
 BLANK = {"type": "blank_image", "width": 8, "height": 8}
 RESIZE = {"type": "image_resize", "width": 4, "height": 4}
