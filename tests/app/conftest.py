@@ -1,4 +1,5 @@
-"""Fixtures for the app tests: an environment without INVOKEAI_* variables, and the real console script."""
+"""Fixtures for the app tests: an environment without INVOKEAI_* variables, an in-memory database, and the real
+console script."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from invokeai.app.services.sqlite import SqliteDatabase
 
 
 def _is_invokeai_var(name: str) -> bool:
@@ -24,6 +27,14 @@ def no_invokeai_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in [name for name in os.environ if _is_invokeai_var(name)]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def db() -> Iterator[SqliteDatabase]:
+    """A fresh in-memory database with every migration applied."""
+    database = SqliteDatabase(None)
+    yield database
+    database.close()
 
 
 def _child_env(**extra: str) -> dict[str, str]:

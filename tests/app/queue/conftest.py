@@ -16,13 +16,6 @@ from invokeai.app.services.sqlite import SqliteDatabase
 
 
 @pytest.fixture
-def db() -> Iterator[SqliteDatabase]:
-    database = SqliteDatabase(None)
-    yield database
-    database.close()
-
-
-@pytest.fixture
 def events() -> EventBus:
     return EventBus()
 

@@ -8,7 +8,6 @@ import random
 import sqlite3
 import struct
 import zlib
-from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
 
@@ -25,13 +24,6 @@ from invokeai.app.services.images import (
 from invokeai.app.services.sqlite import SqliteDatabase
 
 MAX_UPLOAD = 200_000
-
-
-@pytest.fixture
-def db() -> Iterator[SqliteDatabase]:
-    database = SqliteDatabase(None)
-    yield database
-    database.close()
 
 
 @pytest.fixture
