@@ -34,12 +34,11 @@ from invokeai.app.nodes.model_use import (
     latents_output,
     provider,
     reserved,
+    step_reporter,
 )
 from invokeai.backend.models import krea2 as krea2_family
 
 if TYPE_CHECKING:
-    import torch
-
     from invokeai.app.services.model_records import ModelRecord
     from invokeai.backend.generation.krea2 import Krea2Settings
     from invokeai.backend.generation.preview import RgbProjection
@@ -157,13 +156,7 @@ class Krea2DenoiseInvocation(BaseInvocation):
         settings = _pipeline_settings(pipeline)
         scheduler = krea2_family.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
 
-        projection = _preview_projection(context, record)
-
-        def on_step(step: int, total: int, latents: torch.Tensor) -> None:
-            # Also the cancel check.
-            preview = None if projection is None else krea2.latents_preview(latents, projection)
-            context.progress(step, total, preview)
-
+        on_step = step_reporter(context, _preview_projection(context, record))
         facts = call_facts(
             context, width=self.width, height=self.height, prompt_tokens=embeds.shape[1], guidance=guided
         )

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from invokeai.app.nodes.context import InvocationContext
     from invokeai.app.services.model_records import ModelIdentifier, ModelRecord
+    from invokeai.backend.generation.preview import RgbProjection
 
 
 def family_model(context: InvocationContext, ident: ModelIdentifier, family: str) -> ModelRecord:
@@ -56,6 +57,17 @@ def reserved(
     estimate = estimate_working_memory(record.family, operation or component, config, facts)
     with context.models.on_device(record, component, estimate.total(facts.device, facts.dtype)) as module:
         yield module
+
+
+def step_reporter(context: InvocationContext, projection: RgbProjection | None) -> Callable[[int, int, Any], None]:
+    """A denoise loop's `on_step`: reports each step with a preview of the latents through `projection` (none
+    without one). Reporting is also the cancel check, so a canceled item stops there, mid-denoise."""
+    from invokeai.backend.generation.preview import rgb_preview
+
+    def on_step(step: int, total: int, latents: torch.Tensor) -> None:
+        context.progress(step, total, None if projection is None else rgb_preview(latents, projection))
+
+    return on_step
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from invokeai.app.nodes.model_use import (
     family_model,
     latents_output,
     reserved,
+    step_reporter,
 )
 from invokeai.backend.models import sd1 as sd1_family
 
@@ -106,10 +107,6 @@ class SDDenoiseInvocation(BaseInvocation):
         base = context.models.load(record, "scheduler")
         scheduler = sd1_family.make_scheduler(self.scheduler, dict(base.config))
 
-        def on_step(step: int, total: int, latents: object) -> None:
-            # Also the cancel check: a canceled item stops here, mid-denoise.
-            context.progress(step, total, sd1.latents_preview(latents))
-
         facts = call_facts(context, width=self.width, height=self.height, guidance=guided)
         with reserved(context, record, "unet", facts) as unet:
             latents = sd1.denoise(
@@ -126,7 +123,7 @@ class SDDenoiseInvocation(BaseInvocation):
                 dtype=context.models.dtype,
                 init_latents=init_latents,
                 strength=self.denoising_strength,
-                on_step=on_step,
+                on_step=step_reporter(context, sd1.LATENT_RGB),
             )
         return latents_output(context, LATENTS, latents, self.width, self.height)
 

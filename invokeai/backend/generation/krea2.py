@@ -5,8 +5,8 @@ seed, steps and size the image is the pipeline's. The denoise loop also carries 
 the grouped-query processor (`krea2_attention`), the INVOKE_KREA2_SDPA_BACKEND window (read once per generation)
 and the per-step benchmark that variable turns on.
 
-Imports only torch and diffusers at module level (Pillow only in `vae_decode` and the previews), so the GPU benchmark
-can use it.
+Imports only torch and diffusers at module level (Pillow only in `vae_decode` and `preview_projection`), so the GPU
+benchmark can use it.
 """
 
 from __future__ import annotations
@@ -273,10 +273,3 @@ def preview_projection(vae: Any) -> RgbProjection:
 
         projection = _PREVIEW_MAPS[vae] = fit_rgb_projection(encode)
     return projection
-
-
-def latents_preview(latents: torch.Tensor, projection: RgbProjection) -> Image.Image:
-    """A cheap RGB approximation of the first image in these (unpacked) latents."""
-    from invokeai.backend.generation.preview import rgb_preview
-
-    return rgb_preview(latents, projection)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from invokeai.backend.generation.preview import RgbProjection, rgb_preview
+from invokeai.backend.generation.preview import RgbProjection
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
 # Every SD-1 VAE downsamples by 8 (four blocks); the pipeline derives the same from the VAE config.
@@ -161,8 +161,3 @@ def vae_encode(vae: Any, image: Image.Image, seed: int) -> torch.Tensor:
     pixels = _image_processor(vae).preprocess(image).to(device=vae.device, dtype=vae.dtype)
     posterior = vae.encode(pixels).latent_dist
     return posterior.sample(seeded_generator(seed)) * vae.config.scaling_factor
-
-
-def latents_preview(latents: torch.Tensor) -> Image.Image:
-    """A cheap RGB approximation of the first image in `latents`, at most PREVIEW_MAX_SIZE pixels a side."""
-    return rgb_preview(latents, LATENT_RGB)

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from invokeai.backend.generation import sd1
-from invokeai.backend.generation.preview import PREVIEW_MAX_SIZE
+from invokeai.backend.generation.preview import PREVIEW_MAX_SIZE, rgb_preview
 from invokeai.backend.models import sd1 as sd1_family
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -190,12 +190,12 @@ def test_bad_arguments_are_refused(sd1_parts: dict[str, Any], kwargs: dict[str, 
 
 
 def test_latents_preview_is_small_and_cheap() -> None:
-    small = sd1.latents_preview(torch.randn(1, 4, 8, 8))
+    small = rgb_preview(torch.randn(1, 4, 8, 8), sd1.LATENT_RGB)
     assert small.size == (8, 8) and small.mode == "RGB"
-    large = sd1.latents_preview(torch.randn(1, 4, 128, 96))
+    large = rgb_preview(torch.randn(1, 4, 128, 96), sd1.LATENT_RGB)
     assert max(large.size) <= PREVIEW_MAX_SIZE and large.size == (48, 64)  # PIL sizes are (width, height)
     # Latents that decode to a strongly coloured image give that colour: channel 0 drives red up, channel 3 blue down.
     red = torch.zeros(1, 4, 8, 8)
     red[:, 0] = 1.0
-    r, g, b = np.asarray(sd1.latents_preview(red)).reshape(-1, 3).mean(axis=0)
+    r, g, b = np.asarray(rgb_preview(red, sd1.LATENT_RGB)).reshape(-1, 3).mean(axis=0)
     assert r > g > b
