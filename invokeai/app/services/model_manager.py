@@ -96,7 +96,7 @@ class ModelManager:
         has it and was made for the same architecture of what the model holds, so the text encoder and VAE fit the
         transformer (a tiny demo transformer pairs with the demo pipeline, a full-size one with a full-size
         pipeline, whatever else is installed)."""
-        own = self.components(record)
+        own = {held: self._architecture(record, held) for held in self.components(record)}
         candidates = [
             other
             for other in self.records.list(family=record.family, type="main")
@@ -108,7 +108,7 @@ class ModelManager:
                 f"to take it from; install one, e.g. with install_demo_models"
             )
         for other in candidates:
-            if all(self._same_architecture(record, other, held) for held in own):
+            if all(mine is not None and self._architecture(other, held) == mine for held, mine in own.items()):
                 return other
         raise ModelNotFoundError(
             f"model {record.name!r} has no {component}, and no installed {record.family} pipeline was made for its "
@@ -116,11 +116,11 @@ class ModelManager:
             f"it belongs to, or name a model that has {component} in that node"
         )
 
-    def _same_architecture(self, record: ModelRecord, other: ModelRecord, component: str) -> bool:
+    def _architecture(self, record: ModelRecord, component: str) -> dict[str, Any] | None:
         try:
-            return architecture(probe_of(record), component) == architecture(probe_of(other), component)
+            return architecture(probe_of(record), component)
         except (OSError, ValueError, UnsupportedModelError):
-            return False  # a pipeline whose config cannot be read is not one to pair with
+            return None  # a config that cannot be read matches nothing: not a model to pair with
 
     def forget(self, record: ModelRecord) -> None:
         """Drop everything loaded of a deleted model: its modules leave the cache (RAM and device) at once, or when
