@@ -28,14 +28,16 @@ def _linear_encoder(mix: torch.Tensor, offset: torch.Tensor):  # type: ignore[no
     return encode
 
 
-def test_the_fit_recovers_the_colour_of_latents_from_a_linear_encoder() -> None:
+# With as many channels as colours, only the bias can undo the encoder's offset; with more, a linear map alone could.
+@pytest.mark.parametrize("channels", [3, 6])
+def test_the_fit_recovers_the_colour_of_latents_from_a_linear_encoder(channels: int) -> None:
     generator = torch.Generator().manual_seed(1)
-    mix = torch.randn(6, 3, generator=generator)
-    offset = torch.randn(6, generator=generator)
+    mix = torch.randn(channels, 3, generator=generator)
+    offset = torch.randn(channels, generator=generator)
     projection = fit_rgb_projection(_linear_encoder(mix, offset))
-    assert projection.channels == 6
+    assert projection.channels == channels
     colour = torch.tensor([0.8, -0.2, 0.4])  # not one of the fitted colours
-    latents = (mix @ colour + offset).view(1, 6, 1, 1).expand(1, 6, 4, 4)
+    latents = (mix @ colour + offset).view(1, channels, 1, 1).expand(1, channels, 4, 4)
     pixels = np.asarray(rgb_preview(latents, projection)).reshape(-1, 3).astype(float)
     expected = (colour.numpy() + 1.0) * 127.5
     assert np.abs(pixels - expected).max() <= 1.0
