@@ -66,4 +66,5 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
     app.include_router(
         models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(require_token)], responses=UNAUTHORIZED
     )
+    events_router.document_event_stream(app)
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -55,5 +56,14 @@ def test_every_node_output_and_event_schema_is_in_the_document() -> None:
 
 def test_the_event_stream_documents_its_payloads() -> None:
     stream = openapi_document()["paths"]["/api/v1/queue/{queue_id}/events"]["get"]["responses"]["200"]["content"]
-    payload = stream["text/event-stream"]["itemSchema"]["properties"]["data"]["contentSchema"]
+    item = stream["text/event-stream"]["itemSchema"]
+    assert item["properties"]["event"]["enum"] == [event.event_name for event in EVENT_TYPES]
+    payload = item["properties"]["data"]["contentSchema"]
     assert {ref["$ref"].rsplit("/", 1)[1] for ref in payload["anyOf"]} == {e.__name__ for e in EVENT_TYPES}
+
+
+def test_every_reference_in_the_document_resolves() -> None:
+    document = openapi_document()
+    references = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(document))
+    assert references
+    assert set(references) <= set(document["components"]["schemas"])

@@ -1,0 +1,120 @@
+"""The event stream's own work, on the app served by uvicorn in this process over a real socket: framing, headers,
+keepalive comments, no event lost to the keepalive timer, and a client that goes away is unsubscribed."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from wait_support import wait_until
+
+from invokeai.app.api.app_factory import create_app
+from invokeai.app.api.routers import events as events_router
+from invokeai.app.config import InvokeAIAppConfig
+from invokeai.app.services.events import BatchEnqueuedEvent, EventBus
+
+STREAM = "/api/v1/queue/default/events"
+
+
+@dataclass
+class Served:
+    base: str
+    app: FastAPI
+
+    @property
+    def bus(self) -> EventBus:
+        bus: EventBus = self.app.state.events
+        return bus
+
+
+@pytest.fixture
+def served(tmp_path: Path, free_port: int) -> Iterator[Served]:
+    config = InvokeAIAppConfig.located({"use_memory_db": True}, tmp_path, None)
+    app = create_app(config, run_processor=False)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield Served(f"http://127.0.0.1:{free_port}", app)
+    server.should_exit = True
+    thread.join(30)
+
+
+def enqueued(number: int, queue_id: str = "default") -> BatchEnqueuedEvent:
+    return BatchEnqueuedEvent(queue_id=queue_id, batch_id=f"b{number}", enqueued=number, requested=number, priority=0)
+
+
+def test_events_are_framed_with_their_name_and_json_payload(served: Served) -> None:
+    with httpx.Client(base_url=served.base, timeout=10) as client, client.stream("GET", STREAM) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-cache"
+        assert response.headers["x-accel-buffering"] == "no"
+        event = enqueued(3)
+        served.bus.publish(enqueued(4, queue_id="another"))  # another queue's event does not come here
+        served.bus.publish(event)
+        lines = response.iter_lines()
+        assert next(lines) == "event: batch_enqueued"
+        data = next(lines)
+        assert data.startswith("data: ")
+        assert json.loads(data.removeprefix("data: ")) == event.model_dump(mode="json")
+        assert next(lines) == ""
+
+
+def test_idle_streams_get_keepalive_comments_and_no_event_is_lost_to_them(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Events published around the keepalive deadline: a wait that times out must not swallow one.
+    monkeypatch.setattr(events_router, "KEEPALIVE_SECONDS", 0.02)
+    count = 60
+    rng = random.Random(0)
+
+    def publish() -> None:
+        for number in range(count):
+            time.sleep(rng.uniform(0.0, 0.04))
+            served.bus.publish(enqueued(number))
+
+    with httpx.Client(base_url=served.base, timeout=10) as client, client.stream("GET", STREAM) as response:
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        numbers, comments = [], 0
+        for line in response.iter_lines():
+            if line == ": ping":
+                comments += 1
+            elif line.startswith("data: "):
+                numbers.append(json.loads(line.removeprefix("data: "))["enqueued"])
+                if len(numbers) == count:
+                    break
+        publisher.join()
+    assert numbers == list(range(count))
+    assert comments > 0
+
+
+def test_a_client_that_went_away_is_unsubscribed(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Starlette notices the disconnect at once; a server without that notice finds it at the next keepalive write.
+    monkeypatch.setattr(events_router, "KEEPALIVE_SECONDS", 0.05)
+    with httpx.Client(base_url=served.base, timeout=10) as client, client.stream("GET", STREAM) as response:
+        assert response.status_code == 200
+        assert served.bus.subscriber_count == 1
+    wait_until(lambda: served.bus.subscriber_count == 0, what="the subscription to end")
+
+
+def test_closing_the_bus_ends_the_stream(served: Served) -> None:
+    with httpx.Client(base_url=served.base, timeout=10) as client, client.stream("GET", STREAM) as response:
+        served.bus.publish(enqueued(1))
+        served.bus.close()
+        lines = list(response.iter_lines())  # returns: the server ended the response
+    assert lines[0] == "event: batch_enqueued"
+    assert served.bus.subscriber_count == 0
