@@ -103,5 +103,7 @@ def scripted_integer_node(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             context.progress(step, self.value, Image.new("RGB", (600, 300), "blue") if step == 1 else None)
         return IntegerOutput(value=self.value)
 
+    # Read from the real invoke's annotation now: this stand-in's names are local, so reading it would fail.
+    IntegerInvocation.output_class()
     monkeypatch.setattr(IntegerInvocation, "invoke", invoke)
     return callers

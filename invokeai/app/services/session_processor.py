@@ -42,8 +42,11 @@ class ProcessorStatus(BaseModel):
 
 
 def preview_image(image: Image.Image) -> ProgressImage:
-    small = image.convert("RGB")
-    small.thumbnail((PREVIEW_MAX_SIDE, PREVIEW_MAX_SIDE))
+    # Once per denoise step: the usual preview is already a small RGB image, so skip the copies.
+    small = image if image.mode == "RGB" else image.convert("RGB")
+    if max(small.size) > PREVIEW_MAX_SIDE:
+        small = small.copy() if small is image else small
+        small.thumbnail((PREVIEW_MAX_SIDE, PREVIEW_MAX_SIDE))
     buffer = io.BytesIO()
     small.save(buffer, format="JPEG", quality=80)
     data_url = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
