@@ -5,9 +5,10 @@ docs/examples/krea2_text_to_image.json: Krea-2, 8 steps), timed from sending the
 item's `completed` event; it includes the HTTP round trip, the queue, every node, the tensor store and writing the
 PNG. The direct side is StableDiffusionPipeline / Krea2Pipeline in this process on the same model folders (the
 records the server lists), device, dtype, prompts, seed, size and steps. Both run once to warm up (models loaded,
-kernels chosen), then alternate, so drift on a shared machine touches both; the medians and their ratio are printed,
-and the minimums beside them (steadier where other work shares the cores), and how long the item itself ran
-(completed_at - started_at: the nodes, without HTTP and the event stream).
+kernels chosen), then run in pairs, each side first in every other pair. The ratio judged against the target is the
+median of the pairs' ratios: a pair's two runs are a second apart, so load drifting on a shared machine touches both.
+The medians, their ratio and the minimums are printed beside it, and how long the item itself ran (completed_at -
+started_at: the nodes, without HTTP and the event stream).
 
 By default a fresh `invokeai-web` is started (it installs the demo models) and stopped at the end; --url uses a
 running one on this machine instead. Needs the test extra (httpx, httpx-sse): pip install -e '.[test]'.
@@ -178,34 +179,44 @@ def compare(
     device: Any,
     repeats: int,
 ) -> float:
-    _server_run(client, completions, body)
-    direct()
-    _sync(device)
-    server_times, processing_times, direct_times = [], [], []
-    for _ in range(repeats):
-        round_trip, processing = _server_run(client, completions, body)
-        server_times.append(round_trip)
-        processing_times.append(processing)
+    """Times both sides `repeats` times in pairs and prints the figures; returns the median of the pairs' ratios."""
+
+    def timed_direct() -> float:
         started = time.perf_counter()
         direct()
         _sync(device)
-        direct_times.append(time.perf_counter() - started)
+        return time.perf_counter() - started
+
+    _server_run(client, completions, body)
+    timed_direct()
+    server_times, processing_times, direct_times = [], [], []
+    for round_number in range(repeats):
+        # Each side goes first in every other pair, so whatever the first run of a pair pays, both pay equally.
+        if round_number % 2:
+            direct_times.append(timed_direct())
+        round_trip, processing = _server_run(client, completions, body)
+        server_times.append(round_trip)
+        processing_times.append(processing)
+        if not round_number % 2:
+            direct_times.append(timed_direct())
     server, pipeline = statistics.median(server_times), statistics.median(direct_times)
-    ratio = server / pipeline
+    # The two runs of a pair are a second apart; the machine's load drifts more than that between pairs.
+    paired = statistics.median(s / d for s, d in zip(server_times, direct_times, strict=True))
     fastest_server, fastest_direct = min(server_times), min(direct_times)
+    processing = statistics.median(processing_times)
     print(
-        f"{label}: server {server * 1000:.1f} ms, direct pipeline {pipeline * 1000:.1f} ms, ratio {ratio:.3f} "
-        f"(minimums {fastest_server * 1000:.1f} / {fastest_direct * 1000:.1f} ms, "
-        f"{fastest_server / fastest_direct:.3f}); "
-        f"the item itself ran {statistics.median(processing_times) * 1000:.1f} ms"
+        f"{label}: server {server * 1000:.1f} ms, direct pipeline {pipeline * 1000:.1f} ms (medians); "
+        f"ratio {paired:.3f} (median of the {repeats} pairs; of the medians {server / pipeline:.3f}, "
+        f"of the minimums {fastest_server * 1000:.1f} / {fastest_direct * 1000:.1f} ms = "
+        f"{fastest_server / fastest_direct:.3f}); the item itself ran {processing * 1000:.1f} ms"
     )
-    return ratio
+    return paired
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running server on this machine (default: start a fresh one)")
-    parser.add_argument("--repeats", type=int, default=10, help="timed runs per side after one warm-up (default 10)")
+    parser.add_argument("--repeats", type=int, default=15, help="timed pairs after one warm-up (default 15)")
     parser.add_argument("--only", choices=("sd", "krea2"), help="run one family only")
     parser.add_argument(
         "--threads",
