@@ -2,9 +2,9 @@
 
 A plain streaming response writes the frames. FastAPI's EventSourceResponse would pass every event through a
 producer task, two memory streams and a timeout scope: about eight event-loop turns per event against two here, and
-each turn takes the GIL from the worker thread that runs the nodes, so a watched generation ran about 5% slower
-(benchmarks/generation.py measures it). `document_event_stream` gives the OpenAPI document the stream's item schema
-that FastAPI would have written.
+each turn takes the GIL from the worker thread that runs the nodes, so a watched SD demo generation ran about 6%
+longer (alternating pairs of items on one server, docs/api.md). `document_event_stream` gives the OpenAPI document
+the stream's item schema that FastAPI would have written.
 """
 
 from __future__ import annotations
