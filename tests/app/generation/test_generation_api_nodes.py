@@ -200,21 +200,29 @@ def _sd_pipeline(manager: StandInManager, scheduler: str, img2img: bool = False)
     return pipe
 
 
+def _text_to_image(pipe: Any, nodes: dict[str, Any], guidance_field: str) -> Image.Image:
+    """What `pipe` makes for an example graph's prompts, size, steps, guidance (`guidance_field` of the denoise node)
+    and seed."""
+    denoise = nodes["denoise"]
+    image: Image.Image = pipe(
+        nodes["positive"]["prompt"],
+        negative_prompt=nodes["negative"]["prompt"],
+        width=denoise["width"],
+        height=denoise["height"],
+        num_inference_steps=denoise["steps"],
+        guidance_scale=denoise[guidance_field],
+        generator=torch.Generator("cpu").manual_seed(denoise["seed"]),
+    ).images[0]
+    return image
+
+
 def test_sd_text_to_image_example_makes_the_pipelines_image(manager: StandInManager, tmp_path: Path) -> None:
     graph = example("sd_text_to_image")
     nodes = graph["nodes"]
     run = Run(manager, tmp_path)
     image = run.image(run(graph)["decode"])
     denoise = nodes["denoise"]
-    expected = _sd_pipeline(manager, denoise["scheduler"])(
-        nodes["positive"]["prompt"],
-        negative_prompt=nodes["negative"]["prompt"],
-        width=denoise["width"],
-        height=denoise["height"],
-        num_inference_steps=denoise["steps"],
-        guidance_scale=denoise["cfg_scale"],
-        generator=torch.Generator("cpu").manual_seed(denoise["seed"]),
-    ).images[0]
+    expected = _text_to_image(_sd_pipeline(manager, denoise["scheduler"]), nodes, guidance_field="cfg_scale")
     assert image.size == (denoise["width"], denoise["height"])
     assert max_difference(image, expected) <= 1
 
@@ -261,16 +269,7 @@ def _krea2_pipeline_image(manager: StandInManager, graph: dict[str, Any]) -> Ima
         text_encoder_select_layers=index["text_encoder_select_layers"],
     )
     pipe.set_progress_bar_config(disable=True)
-    denoise = nodes["denoise"]
-    return pipe(
-        nodes["positive"]["prompt"],
-        negative_prompt=nodes["negative"]["prompt"],
-        width=denoise["width"],
-        height=denoise["height"],
-        num_inference_steps=denoise["steps"],
-        guidance_scale=denoise["guidance_scale"],
-        generator=torch.Generator("cpu").manual_seed(denoise["seed"]),
-    ).images[0]
+    return _text_to_image(pipe, nodes, guidance_field="guidance_scale")
 
 
 @pytest.mark.parametrize("name", ["krea2_text_to_image", "krea2_gguf_text_to_image"])
