@@ -91,9 +91,12 @@ def document_event_stream(app: FastAPI) -> None:
     generate: Callable[[], dict[str, Any]] = app.openapi
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            _describe_items(generate())
-        return generate()
+        # FastAPI builds the document once and caches it; describe the items in that first build only.
+        first = app.openapi_schema is None
+        document = generate()
+        if first:
+            _describe_items(document)
+        return document
 
     app.openapi = openapi  # type: ignore[method-assign]
 
