@@ -74,7 +74,7 @@ def _check_template(tokenizer: Any) -> None:
         )
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def encode_prompt(
     text_encoder: Any,
     tokenizer: Any,
@@ -143,7 +143,7 @@ def position_ids(text_tokens: int, grid_height: int, grid_width: int, device: to
     return torch.cat([torch.zeros(text_tokens, 3, device=device), image])
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def denoise(
     transformer: Any,
     scheduler: Any,
@@ -230,7 +230,7 @@ def denoise(
     return unpack_latents(latents, height, width, patch_size)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
     """The RGB image the pipeline returns for these (unpacked) latents."""
     from diffusers.image_processor import VaeImageProcessor
@@ -253,7 +253,7 @@ def known_preview_projection(vae: Any) -> RgbProjection | None:
     return _PREVIEW_MAPS.get(vae)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def preview_projection(vae: Any) -> RgbProjection:
     """The map from denoiser latents to preview RGB for this Qwen-Image VAE, fitted on first use (no published map
     exists for this latent space; see `generation.preview`) where the VAE is: the caller puts it on the execution

@@ -38,7 +38,7 @@ def fit_colours(count: int = FIT_COLOURS) -> torch.Tensor:
     return torch.cat([corners, grey, others])[:count]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def fit_rgb_projection(encode: Callable[[torch.Tensor], torch.Tensor]) -> RgbProjection:
     """The least-squares map from latents to RGB for `encode`, which takes images (N, 3, FIT_SIZE, FIT_SIZE) in
     [-1, 1] and returns the latents the denoiser works in (N, C, h, w)."""
@@ -53,7 +53,7 @@ def fit_rgb_projection(encode: Callable[[torch.Tensor], torch.Tensor]) -> RgbPro
     return RgbProjection(weights=solution[:-1].contiguous(), bias=solution[-1].contiguous())
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def rgb_preview(latents: torch.Tensor, projection: RgbProjection) -> Image.Image:
     """The first image of `latents` (B, C, h, w) as RGB, one pixel per latent cell, at most PREVIEW_MAX_SIZE a side."""
     if latents.dim() != 4 or latents.shape[1] != projection.channels:

@@ -34,7 +34,7 @@ LATENT_RGB = RgbProjection(
 )
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def encode_prompt(text_encoder: Any, tokenizer: Any, prompt: str, device: torch.device | str) -> torch.Tensor:
     """CLIP conditioning (1, model_max_length, hidden) in the text encoder's dtype, on `device`.
 
@@ -71,7 +71,7 @@ def _img2img_timesteps(scheduler: Any, steps: int, strength: float) -> torch.Ten
     return scheduler.timesteps[start:]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def denoise(
     unet: Any,
     scheduler: Any,
@@ -146,7 +146,7 @@ def _image_processor(vae: Any) -> Any:
     return VaeImageProcessor(vae_scale_factor=2 ** (len(vae.config.block_out_channels) - 1))
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
     """The RGB image the pipeline returns for these latents."""
     latents = latents.to(device=vae.device, dtype=vae.dtype)
@@ -154,7 +154,7 @@ def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
     return _image_processor(vae).postprocess(decoded, output_type="pil", do_denormalize=[True])[0]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def vae_encode(vae: Any, image: Image.Image, seed: int) -> torch.Tensor:
     """Scaled latents of `image`, sampled from the VAE posterior with the seed's generator, as the img2img pipeline
     prepares them. Pass the same seed to `denoise`, whose noise then continues that generator's stream."""
