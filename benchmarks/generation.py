@@ -13,7 +13,8 @@ then times them in pairs, each side first in every other pair. The ratio judged 
 all pairs' ratios over all rounds, with a 95% bootstrap interval over the rounds: the verdict is "within" or "over"
 only when the whole interval is on one side of the target. Each round's own ratio, the medians and the minimums are
 printed beside it, and how long the item itself ran (completed_at - started_at: the nodes, without HTTP and the
-event stream).
+event stream). Each round also times an item of one cheap node (a 64x64 blank image): the server's fixed cost per
+item (HTTP, queue, SQLite, events, one PNG), which the demo generations, a few hundred ms on a CPU, pay in full.
 
 By default the servers run on a fresh root (the first one installs the demo models) that is deleted at the end;
 --url uses a running server on this machine instead, for every round. Needs the test extra (httpx, httpx-sse):
@@ -67,6 +68,16 @@ CASES = (
     Case("sd", "SD-1 demo, 20 steps at 64x64", "sd_text_to_image", "demo-sd1", "cfg_scale"),
     Case("krea2", "Krea-2 demo, 8 steps at 64x64", "krea2_text_to_image", "demo-krea2", "guidance_scale"),
 )
+
+FIXED_COST_BODY: dict[str, Any] = {
+    "batch": {
+        "graph": {
+            "id": "fixed_cost",
+            "nodes": {"blank": {"id": "blank", "type": "blank_image", "width": 64, "height": 64}},
+        },
+        "runs": 1,
+    }
+}
 
 
 # The server side.
@@ -302,6 +313,12 @@ def time_pairs(case: Case, server: Server, direct: Direct, pairs: int) -> Figure
     return figures
 
 
+def fixed_cost(server: Server, items: int = 12) -> float:
+    """The median round trip of a one-node item, after one to warm up."""
+    server.run(FIXED_COST_BODY)
+    return statistics.median(server.run(FIXED_COST_BODY)[0] for _ in range(items))
+
+
 def pooled_ratio(rounds: list[list[float]]) -> float:
     """The judged figure: the median of all pairs' ratios, `rounds` holding each round's."""
     return statistics.median(ratio for ratios in rounds for ratio in ratios)
@@ -342,6 +359,7 @@ def main() -> int:
     cases = [case for case in CASES if args.only in (None, case.family)]
     root = Path(tempfile.mkdtemp(prefix="invokeai-bench-"))
     results: dict[str, list[Figures]] = {case.family: [] for case in cases}
+    fixed: list[float] = []
     try:
         for number in range(1, args.rounds + 1):
             with (
@@ -350,6 +368,8 @@ def main() -> int:
             ):
                 if number == 1:
                     print(f"direct side: {direct.description}; {args.rounds} rounds of {args.pairs} pairs per family")
+                fixed.append(fixed_cost(server))
+                print(f"round {number}: a one-node item's round trip {fixed[-1] * 1000:.1f} ms", flush=True)
                 for case in cases:
                     figures = time_pairs(case, server, direct, args.pairs)
                     results[case.family].append(figures)
@@ -363,6 +383,11 @@ def main() -> int:
         print(
             f"{case.label}: ratio {pooled_ratio(rounds):.3f}, 95% interval {low:.3f} to {high:.3f}: "
             f"{verdict(low, high)} (median of all {sum(map(len, rounds))} pairs; the rounds' own: {each})"
+        )
+        server = statistics.median(seconds for figures in results[case.family] for seconds in figures.server)
+        print(
+            f"  of its {server * 1000:.1f} ms on the server, {statistics.median(fixed) * 1000:.1f} ms "
+            f"({statistics.median(fixed) / server:.1%}) is the fixed cost of an item (a one-node item's round trip)"
         )
     return 0
 

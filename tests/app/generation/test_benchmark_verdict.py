@@ -1,5 +1,5 @@
 """benchmarks/generation.py judges its ratio by a bootstrap interval over rounds: "within" or "over" the target only
-when the whole interval is on one side of it."""
+when the whole interval is on one side of it. Its fixed-cost item is a batch the server takes."""
 
 from __future__ import annotations
 
@@ -67,3 +67,11 @@ def test_the_verdict_says_within_or_over_only_when_the_interval_is_on_one_side(
 ) -> None:
     low, high = bench.ratio_interval(_rounds(centre, 0.01, 0.02))
     assert bench.verdict(low, high).startswith(expected)
+
+
+def test_the_fixed_cost_item_is_a_batch_the_server_accepts(bench: ModuleType) -> None:
+    from invokeai.app.services.queue_models import EnqueueBatchBody
+
+    body = EnqueueBatchBody.model_validate(bench.FIXED_COST_BODY)
+    [node] = body.batch.graph.nodes.values()
+    assert node.type == "blank_image"
