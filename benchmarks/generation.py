@@ -376,6 +376,7 @@ def main() -> int:
                     print(f"round {number}, {case.label}: {figures.summary()}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    item_cost = statistics.median(fixed)
     for case in cases:
         rounds = [figures.ratios for figures in results[case.family]]
         low, high = ratio_interval(rounds)
@@ -384,10 +385,10 @@ def main() -> int:
             f"{case.label}: ratio {pooled_ratio(rounds):.3f}, 95% interval {low:.3f} to {high:.3f}: "
             f"{verdict(low, high)} (median of all {sum(map(len, rounds))} pairs; the rounds' own: {each})"
         )
-        server = statistics.median(seconds for figures in results[case.family] for seconds in figures.server)
+        on_server = statistics.median(seconds for figures in results[case.family] for seconds in figures.server)
         print(
-            f"  of its {server * 1000:.1f} ms on the server, {statistics.median(fixed) * 1000:.1f} ms "
-            f"({statistics.median(fixed) / server:.1%}) is the fixed cost of an item (a one-node item's round trip)"
+            f"  of its {on_server * 1000:.1f} ms on the server, {item_cost * 1000:.1f} ms "
+            f"({item_cost / on_server:.1%}) is the fixed cost of an item (a one-node item's round trip)"
         )
     return 0
 
