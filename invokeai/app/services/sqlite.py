@@ -32,8 +32,12 @@ class SqliteDatabase:
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA foreign_keys = ON")
         if path is not None:
-            # WAL lets a reader (another process inspecting the file) proceed while the server writes.
+            # WAL lets a reader (another process inspecting the file) proceed while the server writes. NORMAL
+            # syncs the WAL at checkpoints instead of at every commit, as SQLite advises for WAL: the file stays
+            # consistent after any crash, and only a power cut or OS crash can lose the last commits. FULL's fsync
+            # per commit took 0.6 to 0.7 ms here, four times for every queue item (enqueue, dequeue, image, end).
             self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
         try:
             run_migrations(self, MIGRATIONS if migrations is None else migrations)
         except BaseException:

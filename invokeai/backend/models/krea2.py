@@ -92,6 +92,8 @@ def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
     """Krea-2 samples with flow-matching Euler and the resolution-dependent (dynamic) shift of its config."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
+    from .schedulers import new_scheduler
+
     if name not in SCHEDULER_NAMES:
         raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: euler")
-    return FlowMatchEulerDiscreteScheduler.from_config({k: v for k, v in base_config.items() if not k.startswith("_")})
+    return new_scheduler(FlowMatchEulerDiscreteScheduler, base_config)

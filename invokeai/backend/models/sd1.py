@@ -69,12 +69,15 @@ def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
     """One of the family's samplers, on the model's own noise schedule (betas, offsets) from `base_config`."""
     from diffusers import DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
 
+    from .schedulers import new_scheduler
+
     # Keys a scheduler does not know (e.g. PNDM's skip_prk_steps) are dropped by from_config.
-    config = {k: v for k, v in base_config.items() if not k.startswith("_")}
     if name == "euler":
-        return EulerDiscreteScheduler.from_config(config)
+        return new_scheduler(EulerDiscreteScheduler, base_config)
     if name == "ddim":
-        return DDIMScheduler.from_config(config)
+        return new_scheduler(DDIMScheduler, base_config)
     if name == "dpmpp_2m":
-        return DPMSolverMultistepScheduler.from_config(config, algorithm_type="dpmsolver++", solver_order=2)
+        return new_scheduler(
+            DPMSolverMultistepScheduler, {**base_config, "algorithm_type": "dpmsolver++", "solver_order": 2}
+        )
     raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: {', '.join(SCHEDULER_NAMES)}")

@@ -30,6 +30,7 @@ def test_a_fresh_file_database_gets_every_migration(tmp_path: Path) -> None:
     rows = db.execute("SELECT version, description FROM migrations ORDER BY version")
     assert [(row["version"], row["description"]) for row in rows] == [(m.version, m.description) for m in MIGRATIONS]
     assert db.execute("PRAGMA journal_mode")[0][0] == "wal"
+    assert db.execute("PRAGMA synchronous")[0][0] == 1  # NORMAL: no fsync per commit, consistent after a crash
     assert db.execute("PRAGMA foreign_keys")[0][0] == 1
     db.close()
 

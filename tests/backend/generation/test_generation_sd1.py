@@ -157,6 +157,19 @@ def test_the_callers_scheduler_is_left_untouched(sd1_parts: dict[str, Any]) -> N
     assert torch.equal(first, second)
 
 
+def test_a_scheduler_that_has_run_gives_the_same_generation_as_a_new_one(sd1_parts: dict[str, Any]) -> None:
+    # The run's copy is taken of the caller's scheduler as it is: what state a used one carries must not leak in.
+    used = _scheduler(sd1_parts, "dpmpp_2m")
+    used.set_timesteps(7)
+    sample = torch.randn(1, 4, SIZE // 8, SIZE // 8, generator=torch.Generator().manual_seed(1))
+    for timestep in used.timesteps[:3]:
+        sample = used.step(torch.randn_like(sample), timestep, sample).prev_sample
+    kwargs = dict(width=SIZE, height=SIZE, steps=2, cfg_scale=CFG, seed=SEED, device="cpu", dtype=torch.float32)
+    after_use = sd1.denoise(sd1_parts["unet"], used, **_conditioning(sd1_parts), **kwargs)
+    new = sd1.denoise(sd1_parts["unet"], _scheduler(sd1_parts, "dpmpp_2m"), **_conditioning(sd1_parts), **kwargs)
+    assert torch.equal(after_use, new)
+
+
 def test_a_raising_callback_stops_the_generation(sd1_parts: dict[str, Any]) -> None:
     class Cancelled(Exception):
         pass
