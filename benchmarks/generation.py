@@ -3,7 +3,8 @@
 The server side is the documented example graph (docs/examples/sd_text_to_image.json: SD, 20 steps at 64x64;
 docs/examples/krea2_text_to_image.json: Krea-2, 8 steps), timed from sending the enqueue request to receiving the
 item's `completed` event; it includes the HTTP round trip, the queue, every node, the tensor store and writing the
-PNG. The direct side is StableDiffusionPipeline / Krea2Pipeline in a process of its own, on the same model folders
+PNG. Like the pipeline called without a step callback, the client takes no step previews: its event stream names
+only `queue_item_status_changed`, and the server makes no preview nobody watches. The direct side is StableDiffusionPipeline / Krea2Pipeline in a process of its own, on the same model folders
 (the records the server lists), device, dtype, prompts, seed, size and steps.
 
 Two copies of the same program in two processes can differ by several percent for the whole of their lives (where
@@ -84,7 +85,7 @@ FIXED_COST_BODY: dict[str, Any] = {
 
 
 class Completions:
-    """Reads the event stream on a thread and wakes whoever waits for an item to finish."""
+    """Reads the items' status events on a thread and wakes whoever waits for an item to finish."""
 
     def __init__(self, client: httpx.Client) -> None:
         self.finished: dict[int, tuple[float, str]] = {}
@@ -96,11 +97,10 @@ class Completions:
 
     def _read(self, client: httpx.Client, ready: threading.Event) -> None:
         try:
-            with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+            params = {"event": "queue_item_status_changed"}
+            with connect_sse(client, "GET", f"{QUEUE}/events", params=params) as source:
                 ready.set()  # the headers are in: subscribed
                 for event in source.iter_sse():
-                    if event.event != "queue_item_status_changed":
-                        continue
                     payload = json.loads(event.data)
                     if payload["status"] in ("completed", "failed", "canceled"):
                         with self._changed:

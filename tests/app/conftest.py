@@ -100,7 +100,7 @@ def scripted_integer_node(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             raise RuntimeError(f"failed on purpose with value {self.value}")
         for step in range(1, self.value + 1):
             time.sleep(0.01)
-            context.progress(step, self.value, Image.new("RGB", (600, 300), "blue") if step == 1 else None)
+            context.progress(step, self.value, (lambda: Image.new("RGB", (600, 300), "blue")) if step == 1 else None)
         return IntegerOutput(value=self.value)
 
     # Read from the real invoke's annotation now: this stand-in's names are local, so reading it would fail.

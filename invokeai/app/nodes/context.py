@@ -33,7 +33,7 @@ class InvocationContext:
         node_type: str,
         graph: dict[str, Any],
         images: ImageService,
-        on_progress: Callable[[int, int, Image.Image | None], None],
+        on_progress: Callable[[int, int, Callable[[], Image.Image] | None], None],
         is_canceled: Callable[[], bool],
         models: ModelManager | None = None,
         tensors: TensorStore | None = None,
@@ -68,8 +68,9 @@ class InvocationContext:
         if self._is_canceled():
             raise CanceledError(f"canceled while running node {self.node_id!r} ({self.node_type})")
 
-    def progress(self, step: int, total: int, preview: Image.Image | None = None) -> None:
-        """Report a step; a canceled item stops here rather than after the remaining steps."""
+    def progress(self, step: int, total: int, preview: Callable[[], Image.Image] | None = None) -> None:
+        """Report a step; a canceled item stops here rather than after the remaining steps. `preview` makes the
+        step's preview image; it is called only while a client watches the progress events."""
         self.check_canceled()
         self._on_progress(step, total, preview)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from invokeai.app.nodes.image import ImageOutput
@@ -65,7 +66,7 @@ def step_reporter(context: InvocationContext, projection: RgbProjection | None) 
     from invokeai.backend.generation.preview import rgb_preview
 
     def on_step(step: int, total: int, latents: torch.Tensor) -> None:
-        context.progress(step, total, None if projection is None else rgb_preview(latents, projection))
+        context.progress(step, total, None if projection is None else partial(rgb_preview, latents, projection))
 
     return on_step
 

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -157,6 +157,18 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     ModelInstallErrorEvent,
 )
 EVENT_NAMES: tuple[str, ...] = tuple(event.event_name for event in EVENT_TYPES)
+# The same names, for validating a request that names events (a test keeps the two equal).
+EventName = Literal[
+    "queue_item_status_changed",
+    "invocation_started",
+    "invocation_progress",
+    "invocation_complete",
+    "invocation_error",
+    "batch_enqueued",
+    "model_install_progress",
+    "model_install_complete",
+    "model_install_error",
+]
 
 # For the OpenAPI document: the payload of any event. The SSE `event:` line names which one it is.
 AnyEvent = Annotated[
@@ -173,25 +185,33 @@ AnyEvent = Annotated[
 ]
 
 Listener = Callable[[EventBase], None]
+# The event names a subscriber or listener takes; None: all of them.
+EventNames = frozenset[str] | None
 
 _END = None  # queued last in a subscription: its stream is over
 
 
 class Subscription:
-    """One client's events from one queue, handed from the publishing threads to the subscriber's event loop.
+    """One client's events from one queue (all of them, or those named in `names`), handed from the publishing
+    threads to the subscriber's event loop.
 
     Bounded: a client that falls `max_pending` events behind is disconnected (its stream ends) rather than
     silently skipping events, so a connected client can trust that it has seen every event, in order. It
     reconnects and re-reads the queue over REST to catch up.
     """
 
-    def __init__(self, queue_id: str, max_pending: int) -> None:
+    def __init__(self, queue_id: str, max_pending: int, names: EventNames = None) -> None:
         self.queue_id = queue_id
+        self.names = names
         self.overflowed = False
         self._max_pending = max_pending
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[EventBase | None] = asyncio.Queue()
         self._ended = False
+
+    def takes(self, event_name: str, queue_id: str | None) -> bool:
+        # queue_id None: a server-wide event (a model install), for every stream.
+        return queue_id in (None, self.queue_id) and (self.names is None or event_name in self.names)
 
     async def next(self) -> EventBase | None:
         """The next event, or None once the stream has ended."""
@@ -222,16 +242,16 @@ class EventBus:
     def __init__(self, max_pending: int = 1000) -> None:
         self._lock = threading.Lock()
         self._subscriptions: list[Subscription] = []
-        self._listeners: list[Listener] = []
+        self._listeners: list[tuple[Listener, EventNames]] = []
         self._max_pending = max_pending
         self._closed = False
 
     def publish(self, event: EventBase) -> None:
         """Send `event` to its queue's subscribers and to every listener. Safe from any thread."""
+        name = event.event_name
         with self._lock:
-            listeners = list(self._listeners)
-            # queue_id None: a server-wide event (a model install), for every stream.
-            targets = [sub for sub in self._subscriptions if event.queue_id in (None, sub.queue_id)]
+            listeners = [listener for listener, names in self._listeners if names is None or name in names]
+            targets = [sub for sub in self._subscriptions if sub.takes(name, event.queue_id)]
             # Delivered under the lock: two threads publishing at once still reach every subscriber in one order.
             dead = [sub for sub in targets if not sub.deliver(event)]
             for sub in dead:
@@ -242,14 +262,16 @@ class EventBus:
             except Exception:
                 logger.exception("Event listener %r failed on %s", listener, event.event_name)
 
-    def add_listener(self, listener: Listener) -> None:
-        """Call `listener(event)` on the publishing thread for every event; it must return quickly."""
+    def add_listener(self, listener: Listener, names: EventNames = None) -> None:
+        """Call `listener(event)` on the publishing thread for every event (or every event named in `names`); it
+        must return quickly."""
         with self._lock:
-            self._listeners.append(listener)
+            self._listeners.append((listener, names))
 
-    def subscribe(self, queue_id: str) -> Subscription:
-        """From the event loop that will read the subscription. After close(), the stream ends at once."""
-        subscription = Subscription(queue_id, self._max_pending)
+    def subscribe(self, queue_id: str, names: EventNames = None) -> Subscription:
+        """From the event loop that will read the subscription (of every event of the queue, or those named in
+        `names`). After close(), the stream ends at once."""
+        subscription = Subscription(queue_id, self._max_pending, names)
         with self._lock:
             if self._closed:
                 subscription.deliver(_END)
@@ -261,6 +283,14 @@ class EventBus:
         with self._lock:
             if subscription in self._subscriptions:
                 self._subscriptions.remove(subscription)
+
+    def is_wanted(self, event_name: str, queue_id: str | None) -> bool:
+        """Whether an event of that name and queue, published now, would reach any subscriber or listener: a
+        publisher skips building what nobody takes (a denoise step's preview and progress event)."""
+        with self._lock:
+            return any(names is None or event_name in names for _, names in self._listeners) or any(
+                sub.takes(event_name, queue_id) for sub in self._subscriptions
+            )
 
     @property
     def subscriber_count(self) -> int:

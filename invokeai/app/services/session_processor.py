@@ -7,6 +7,7 @@ import io
 import logging
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from PIL import Image
@@ -72,11 +73,10 @@ class SessionProcessor:
         self._paused = threading.Event()
         self._running_item: int | None = None
         self._thread: threading.Thread | None = None
-        events.add_listener(self._on_event)
+        events.add_listener(self._on_enqueued, frozenset({BatchEnqueuedEvent.event_name}))
 
-    def _on_event(self, event: EventBase) -> None:
-        if isinstance(event, BatchEnqueuedEvent):
-            self._wake.set()
+    def _on_enqueued(self, event: EventBase) -> None:
+        self._wake.set()
 
     # Control, from any thread.
 
@@ -172,8 +172,11 @@ class SessionProcessor:
         try:
             node = prepare_node(item.session.graph, node_id, outputs)
 
-            def on_progress(step: int, total: int, preview: Image.Image | None) -> None:
-                image = preview_image(preview) if preview is not None else None
+            def on_progress(step: int, total: int, make_preview: Callable[[], Image.Image] | None) -> None:
+                # Unwatched, a step costs nothing here: the preview (a GPU sync and a JPEG) is made for a reader.
+                if not self._events.is_wanted(InvocationProgressEvent.event_name, item.queue_id):
+                    return
+                image = preview_image(make_preview()) if make_preview is not None else None
                 percentage = step / total if total > 0 else 0.0
                 self._events.publish(
                     InvocationProgressEvent(**ids, step=step, total=total, percentage=percentage, image=image)

@@ -118,3 +118,25 @@ def test_closing_the_bus_ends_the_stream(served: Served) -> None:
         lines = list(response.iter_lines())  # returns: the server ended the response
     assert lines[0] == "event: batch_enqueued"
     assert served.bus.subscriber_count == 0
+
+
+def test_a_stream_can_name_the_events_it_takes(served: Served) -> None:
+    from invokeai.app.services.events import ModelInstallCompleteEvent
+
+    installed = ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1)
+    params = {"event": ["model_install_complete", "queue_item_status_changed"]}
+    with httpx.Client(base_url=served.base, timeout=10) as client, client.stream("GET", STREAM, params=params) as named:
+        assert named.status_code == 200
+        served.bus.publish(enqueued(1))  # not named: not sent
+        served.bus.publish(installed)
+        lines = named.iter_lines()
+        assert [next(lines), next(lines)] == ["event: model_install_complete", f"data: {installed.model_dump_json()}"]
+
+
+def test_an_unknown_event_name_is_refused_naming_the_parameter_and_the_names(served: Served) -> None:
+    response = httpx.get(f"{served.base}{STREAM}", params={"event": ["batch_enqueued", "progress"]}, timeout=10)
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["query", "event", 1]
+    assert "'invocation_progress'" in error["msg"] and "'batch_enqueued'" in error["msg"]
+    assert served.bus.subscriber_count == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, get_args
@@ -139,8 +139,11 @@ class Run:
         for node_id in execution_order(graph):
             node = prepare_node(graph, node_id, outputs)
 
-            def on_progress(step: int, total: int, preview: Image.Image | None, node_id: str = node_id) -> None:
-                self.progress.append((node_id, step, total, preview))
+            def on_progress(
+                step: int, total: int, preview: Callable[[], Image.Image] | None, node_id: str = node_id
+            ) -> None:
+                # A watched run: the preview is made, as the processor does while a client reads progress.
+                self.progress.append((node_id, step, total, preview and preview()))
 
             context = InvocationContext(
                 queue_id="default",

@@ -30,7 +30,7 @@ class ContextFactory:
             node_type=node_type,
             graph=graph if graph is not None else {"id": "g", "nodes": {}, "edges": []},
             images=self.images,
-            on_progress=lambda step, total, preview: self.progress.append((step, total, preview)),
+            on_progress=lambda step, total, preview: self.progress.append((step, total, preview and preview())),
             is_canceled=lambda: self.canceled,
         )
 

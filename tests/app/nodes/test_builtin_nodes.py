@@ -135,7 +135,7 @@ def test_image_nodes_stop_when_canceled(make_context: ContextFactory, images: Im
 def test_context_progress_reports_and_checks_cancel(make_context: ContextFactory) -> None:
     context = make_context()
     preview = Image.new("RGB", (2, 2))
-    context.progress(1, 3, preview)
+    context.progress(1, 3, lambda: preview)
     context.progress(2, 3)
     assert make_context.progress == [(1, 3, preview), (2, 3, None)]
     make_context.canceled = True

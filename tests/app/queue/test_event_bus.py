@@ -1,11 +1,20 @@
-"""The event bus: events from other threads reach each queue's subscribers in order; slow ones are cut off."""
+"""The event bus: events from other threads reach each queue's subscribers (those they name) in order; slow ones
+are cut off."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from typing import get_args
 
-from invokeai.app.services.events import BatchEnqueuedEvent, EventBase, EventBus
+from invokeai.app.services.events import (
+    EVENT_NAMES,
+    BatchEnqueuedEvent,
+    EventBase,
+    EventBus,
+    EventName,
+    ModelInstallCompleteEvent,
+)
 
 
 def enqueued(queue_id: str, n: int) -> BatchEnqueuedEvent:
@@ -104,3 +113,49 @@ def test_a_subscriber_whose_loop_is_gone_is_dropped() -> None:
     asyncio.run(subscribe())  # the loop closes with the subscription still registered
     bus.publish(enqueued("q", 1))
     assert bus.subscriber_count == 0
+
+
+def test_subscribers_and_listeners_that_name_events_get_only_those() -> None:
+    bus = EventBus()
+    heard: list[str] = []
+    bus.add_listener(lambda event: heard.append(event.event_name), frozenset({"model_install_complete"}))
+    installed = ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1)
+
+    async def scenario() -> tuple[list[EventBase | None], list[EventBase | None]]:
+        named = bus.subscribe("q", frozenset({"model_install_complete"}))
+        every = bus.subscribe("q")
+        bus.publish(enqueued("q", 1))
+        bus.publish(installed)
+        return await drain(named, 1), await drain(every, 2)
+
+    named, every = asyncio.run(scenario())
+    assert named == [installed]
+    assert [event.event_name for event in every] == ["batch_enqueued", "model_install_complete"]  # type: ignore[union-attr]
+    assert heard == ["model_install_complete"]
+
+
+def test_is_wanted_says_whether_an_event_would_reach_anyone() -> None:
+    bus = EventBus()
+    progress = "invocation_progress"
+    assert not bus.is_wanted(progress, "q")
+    bus.add_listener(lambda event: None, frozenset({"batch_enqueued"}))
+    assert not bus.is_wanted(progress, "q") and bus.is_wanted("batch_enqueued", "q")
+
+    async def scenario() -> list[bool]:
+        answers = []
+        named = bus.subscribe("q", frozenset({"queue_item_status_changed"}))
+        answers += [bus.is_wanted(progress, "q"), bus.is_wanted("queue_item_status_changed", "q")]
+        other = bus.subscribe("other")  # every event, of another queue
+        answers += [bus.is_wanted(progress, "q"), bus.is_wanted(progress, "other"), bus.is_wanted(progress, None)]
+        bus.unsubscribe(other)
+        bus.unsubscribe(named)
+        answers.append(bus.is_wanted("queue_item_status_changed", "q"))
+        return answers
+
+    assert asyncio.run(scenario()) == [False, True, False, True, True, False]
+    bus.add_listener(lambda event: None)
+    assert bus.is_wanted(progress, "q")
+
+
+def test_the_names_a_request_may_give_are_the_events_names() -> None:
+    assert get_args(EventName) == EVENT_NAMES

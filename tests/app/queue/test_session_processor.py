@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from PIL import Image
 from queue_support import EventRecorder, graph, image_batch, integer_batch, wait_until
 
-from invokeai.app.services.events import InvocationErrorEvent, InvocationProgressEvent
+from invokeai.app.nodes.base import InvocationContext
+from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput
+from invokeai.app.services.events import EventBase, EventBus, InvocationErrorEvent, InvocationProgressEvent
 from invokeai.app.services.images import ImageService
 from invokeai.app.services.queue_models import Batch
 from invokeai.app.services.session_processor import SessionProcessor
@@ -99,6 +103,35 @@ def test_progress_events_count_steps_and_carry_a_small_preview(
     assert preview is not None and (preview.width, preview.height) == (256, 128)
     assert preview.dataURL.startswith("data:image/jpeg;base64,")
     assert progress[1].image is None
+
+
+def test_progress_nobody_watches_makes_no_preview_and_no_event(
+    queue: SessionQueue, images: ImageService, events: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ended: list[EventBase] = []
+    events.add_listener(ended.append, frozenset({"queue_item_status_changed"}))
+    watched: list[EventBase] = []
+    made: list[int] = []
+
+    def invoke(self: IntegerInvocation, context: InvocationContext) -> IntegerOutput:
+        for step in range(1, 5):
+            if step == 3:  # a client starts watching progress mid-node
+                events.add_listener(watched.append, frozenset({"invocation_progress"}))
+            context.progress(step, 4, lambda step=step: made.append(step) or Image.new("RGB", (2, 2)))  # type: ignore[func-returns-value]
+        return IntegerOutput(value=self.value)
+
+    IntegerInvocation.output_class()
+    monkeypatch.setattr(IntegerInvocation, "invoke", invoke)
+    worker = SessionProcessor(queue, images, events)
+    worker.start()
+    try:
+        [item_id] = queue.enqueue_batch("default", integer_batch()).item_ids
+        wait_until(lambda: any(getattr(e, "status", None) == "completed" for e in ended), what="the item to end")
+    finally:
+        worker.stop()
+    assert made == [3, 4]
+    assert [(e.step, e.image is not None) for e in watched] == [(3, True), (4, True)]  # type: ignore[attr-defined]
+    assert {e.item_id for e in watched} == {item_id}  # type: ignore[attr-defined]
 
 
 def test_pause_holds_items_and_resume_runs_them(

@@ -13,11 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import StreamingResponse
 
 from invokeai.app.api.routers.queue import QueueId
-from invokeai.app.services.events import EVENT_NAMES, AnyEvent, EventBase, EventBus, Subscription
+from invokeai.app.services.events import EVENT_NAMES, AnyEvent, EventBase, EventBus, EventName, Subscription
 
 router = APIRouter(prefix="/queue/{queue_id}", tags=["events"])
 
@@ -35,12 +35,21 @@ def sse_frame(event: EventBase) -> bytes:
     return f"event: {event.event_name}\ndata: {event.model_dump_json()}\n\n".encode()
 
 
-async def _subscription(queue_id: QueueId, request: Request) -> AsyncIterator[Subscription]:
+EventNames = Annotated[
+    list[EventName] | None,
+    Query(
+        description="Only events of this name; repeat it for more than one. Without it, every event of the queue. "
+        "A stream without invocation_progress also spares the server each denoise step's preview."
+    ),
+]
+
+
+async def _subscription(queue_id: QueueId, request: Request, event: EventNames = None) -> AsyncIterator[Subscription]:
     # A dependency runs before the response starts: once a client has the response headers, it is subscribed, and
     # every event published after that reaches it. Its exit runs when the response is over, also when the client
     # goes away (Starlette listens for the disconnect; where the server leaves that out, the next write fails).
     bus: EventBus = request.app.state.events
-    subscription = bus.subscribe(queue_id)
+    subscription = bus.subscribe(queue_id, None if event is None else frozenset(event))
     try:
         yield subscription
     finally:
@@ -76,8 +85,8 @@ class EventStreamResponse(StreamingResponse):
 async def queue_events(
     queue_id: QueueId, subscription: Annotated[Subscription, Depends(_subscription)]
 ) -> EventStreamResponse:
-    """Every event of the queue from the moment the response headers are sent, in order, as `event: <name>` and
-    `data: <JSON payload>`.
+    """Every event of the queue (or those named by `event`) from the moment the response headers are sent, in
+    order, as `event: <name>` and `data: <JSON payload>`.
 
     The stream ends when the server stops, or when the client falls 1000 events behind (reconnect and re-read the
     queue). While idle, the server sends a comment line every 15 s.
