@@ -188,6 +188,11 @@ Listener = Callable[[EventBase], None]
 # The event names a subscriber or listener takes; None: all of them.
 EventNames = frozenset[str] | None
 
+
+def _named(names: EventNames, event_name: str) -> bool:
+    return names is None or event_name in names
+
+
 _END = None  # queued last in a subscription: its stream is over
 
 
@@ -211,7 +216,7 @@ class Subscription:
 
     def takes(self, event_name: str, queue_id: str | None) -> bool:
         # queue_id None: a server-wide event (a model install), for every stream.
-        return queue_id in (None, self.queue_id) and (self.names is None or event_name in self.names)
+        return queue_id in (None, self.queue_id) and _named(self.names, event_name)
 
     async def next(self) -> EventBase | None:
         """The next event, or None once the stream has ended."""
@@ -250,7 +255,7 @@ class EventBus:
         """Send `event` to its queue's subscribers and to every listener. Safe from any thread."""
         name = event.event_name
         with self._lock:
-            listeners = [listener for listener, names in self._listeners if names is None or name in names]
+            listeners = [listener for listener, names in self._listeners if _named(names, name)]
             targets = [sub for sub in self._subscriptions if sub.takes(name, event.queue_id)]
             # Delivered under the lock: two threads publishing at once still reach every subscriber in one order.
             dead = [sub for sub in targets if not sub.deliver(event)]
@@ -288,7 +293,7 @@ class EventBus:
         """Whether an event of that name and queue, published now, would reach any subscriber or listener: a
         publisher skips building what nobody takes (a denoise step's preview and progress event)."""
         with self._lock:
-            return any(names is None or event_name in names for _, names in self._listeners) or any(
+            return any(_named(names, event_name) for _, names in self._listeners) or any(
                 sub.takes(event_name, queue_id) for sub in self._subscriptions
             )
 

@@ -35,7 +35,7 @@ def sse_frame(event: EventBase) -> bytes:
     return f"event: {event.event_name}\ndata: {event.model_dump_json()}\n\n".encode()
 
 
-EventNames = Annotated[
+EventFilter = Annotated[
     list[EventName] | None,
     Query(
         description="Only events of this name; repeat it for more than one. Without it, every event of the queue. "
@@ -44,7 +44,7 @@ EventNames = Annotated[
 ]
 
 
-async def _subscription(queue_id: QueueId, request: Request, event: EventNames = None) -> AsyncIterator[Subscription]:
+async def _subscription(queue_id: QueueId, request: Request, event: EventFilter = None) -> AsyncIterator[Subscription]:
     # A dependency runs before the response starts: once a client has the response headers, it is subscribed, and
     # every event published after that reaches it. Its exit runs when the response is over, also when the client
     # goes away (Starlette listens for the disconnect; where the server leaves that out, the next write fails).
