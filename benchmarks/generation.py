@@ -4,8 +4,9 @@ The server side is the documented example graph (docs/examples/sd_text_to_image.
 docs/examples/krea2_text_to_image.json: Krea-2, 8 steps), timed from sending the enqueue request to receiving the
 item's `completed` event; it includes the HTTP round trip, the queue, every node, the tensor store and writing the
 PNG. Like the pipeline called without a step callback, the client takes no step previews: its event stream names
-only `queue_item_status_changed`, and the server makes no preview nobody watches. The direct side is StableDiffusionPipeline / Krea2Pipeline in a process of its own, on the same model folders
-(the records the server lists), device, dtype, prompts, seed, size and steps.
+only `queue_item_status_changed`, and the server makes no preview nobody watches. The direct side is
+StableDiffusionPipeline / Krea2Pipeline in a process of its own, on the same model folders (the records the server
+lists), device, dtype, prompts, seed, size and steps.
 
 Two copies of the same program in two processes can differ by several percent for the whole of their lives (where
 their memory landed), and pairing runs in time does not remove that. So the benchmark runs in rounds: each round
