@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from _forked import in_forked_child
 
+from invokeai.app.logging_setup import configure_logging, route_ml_library_logging
 from invokeai.backend.attention import install_attention
 from invokeai.backend.cache.component_runs import component_run
 from invokeai.backend.cache.working_memory import ESTIMATORS, CallFacts, model_component
@@ -216,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         # Before any tensor exists, so every tensor of a page or more is its own mapping (see the docstring).
         ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 4096)
+    # The server's logging: one line format, no progress bars, no notices about image processors never run.
+    configure_logging("warning")
+    route_ml_library_logging()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="calibrate-wm-") as tmp:
         # The build runs torch ops; in a child, so the parent forks measurement children with no thread pool.
