@@ -126,9 +126,10 @@ def test_progress_nobody_watches_makes_no_preview_and_no_event(
     worker.start()
     try:
         [item_id] = queue.enqueue_batch("default", integer_batch()).item_ids
-        wait_until(lambda: any(getattr(e, "status", None) == "completed" for e in ended), what="the item to end")
+        wait_until(lambda: ended and ended[-1].status in ("completed", "failed"), what="the item to end")  # type: ignore[attr-defined]
     finally:
         worker.stop()
+    assert ended[-1].status == "completed", queue.get("default", item_id).error_message  # type: ignore[attr-defined]
     assert made == [3, 4]
     assert [(e.step, e.image is not None) for e in watched] == [(3, True), (4, True)]  # type: ignore[attr-defined]
     assert {e.item_id for e in watched} == {item_id}  # type: ignore[attr-defined]
