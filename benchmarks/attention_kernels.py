@@ -236,12 +236,12 @@ def collect_setting_stats(result: Result, timed: bool) -> None:
     (installing resets both)."""
     stats = attention_stats()
     if timed:
-        for per_kernel in stats["counts"].values():
+        for per_kernel in stats.counts.values():
             for kernel, calls in per_kernel.items():
                 result.ran_on[kernel] = result.ran_on.get(kernel, 0) + calls
-    for report in stats["reports"]:
-        if report["message"] not in result.reports:
-            result.reports.append(report["message"])
+    for report in stats.reports:
+        if report.message not in result.reports:
+            result.reports.append(report.message)
 
 
 def bench_shape(shape: Shape, device: torch.device, settings: tuple[str, ...], rounds: int, calls: int) -> list[Result]:

@@ -36,15 +36,10 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.attention import (
-    WINDOW_ENV,
-    WINDOW_MODES,
-    StepBenchmark,
-    attention_stats,
-    install_attention,
-    uninstall_attention,
-)
+from invokeai.backend.attention import attention_stats, install_attention, uninstall_attention
+from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark
 from invokeai.backend.generation import krea2
+from invokeai.backend.generation.krea2 import WINDOW_ENV
 from invokeai.backend.generation.krea2_attention import install_krea2_attention
 from invokeai.backend.models.config_variants import get_variant
 from invokeai.backend.models.demo import KREA2_TRANSFORMER
@@ -176,7 +171,7 @@ class Bench:
 
 def _kernel_counts() -> dict[str, int]:
     merged: dict[str, int] = {}
-    for per_kernel in attention_stats()["counts"].values():
+    for per_kernel in attention_stats().counts.values():
         for kernel, calls in per_kernel.items():
             merged[kernel] = merged.get(kernel, 0) + calls
     return merged
@@ -282,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         built = time.perf_counter() - started
         print(
             f"transformer: {parameters / 1e9:.2f} B parameters, {dtype}, built in {built:.1f} s;"
-            f" attention_backend {args.attention_backend}, order {', '.join(attention_stats()['order'])}"
+            f" attention_backend {args.attention_backend}, order {', '.join(attention_stats().order)}"
         )
         full_config = {**transformer.config}
         scheduler = make_scheduler("euler", get_variant("krea2").component_config("scheduler"))

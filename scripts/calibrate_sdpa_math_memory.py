@@ -1,4 +1,4 @@
-"""Measure the math SDPA kernel's memory per score element, the constant `score_matrix.py` prices math calls with.
+"""Measure the math SDPA kernel's memory per score element, the constant `invokeai/backend/attention/memory.py` prices math calls with.
 
 The math kernel materialises the whole score matrix (batch x heads x query_len x key_len), its softmax in fp32
 whatever the input dtype, and temporaries. What one call costs per score element is a property of the build and the
@@ -177,7 +177,7 @@ def measure_cuda(case: Case, dtype_name: str, device: torch.device) -> float:
 
 def _current_constant(device: torch.device, dtype: torch.dtype) -> int | None:
     try:
-        from invokeai.backend.attention.score_matrix import bytes_per_score_element
+        from invokeai.backend.attention.memory import bytes_per_score_element
     except ImportError:  # run without the repository on PYTHONPATH: measure only
         return None
     return bytes_per_score_element(device, dtype)

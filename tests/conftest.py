@@ -4,7 +4,7 @@ configuration and API tests) do not pay for it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,12 +27,14 @@ def one_torch_thread() -> Iterator[None]:
 @pytest.fixture
 def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Callable[..., StandInDispatcher]:
     """`dispatcher("FLASH_ATTENTION", ...)`: PyTorch's dispatcher replaced by one that serves only those kernels,
-    walking the installed order and flags as a GPU's would."""
-    from invokeai.backend.attention import devices
+    walking the installed order and flags as a GPU's would; `dispatcher({"FLASH_ATTENTION": rule, ...})` gives a
+    kernel a rule over the call (e.g. flash takes no mask)."""
+    from invokeai.backend import devices
     from invokeai.backend.attention.testing import StandInDispatcher
 
-    def make(*can_serve: str) -> StandInDispatcher:
-        stand_in = StandInDispatcher(set(can_serve))
+    def make(*can_serve: Any) -> StandInDispatcher:
+        rules = can_serve[0] if len(can_serve) == 1 and isinstance(can_serve[0], dict) else can_serve
+        stand_in = StandInDispatcher(rules)
         monkeypatch.setattr(devices, "fused_sdp_choice", stand_in)
         return stand_in
 

@@ -1,4 +1,12 @@
-"""Which torch device and dtype the models run on, from the `device` and `precision` settings."""
+"""Devices for the whole backend: which device and dtype the models run on (from the `device` and `precision`
+settings), and what the attention patch needs to know about devices.
+
+The attention half is also the test seam that lets a CPU-only machine stand in for a GPU: PyTorch's CPU backend
+ignores the kernel order and has neither cuDNN nor memory-efficient attention, so tests replace
+`is_reported_tensor`, `has_reported_device`, `has_cuda`, `is_sage_tensor`, `is_sage_device` and `fused_sdp_choice`
+(before `install_attention`, which captures them) to exercise the GPU paths. Torch only: the attention package
+imports this module and must run where torch alone is installed.
+"""
 
 from __future__ import annotations
 
@@ -84,3 +92,45 @@ def choose_dtype(setting: str, device: torch.device) -> torch.dtype:
         return DTYPES[text]
     except KeyError:
         raise ValueError(f"unknown precision {setting!r}: use auto, float32, float16 or bfloat16") from None
+
+
+def canonical_device(device: torch.device | str) -> torch.device:
+    """`cuda` and `cuda:0` (when 0 is the current device) are one device; an index is filled in where the device
+    type has one, so two spellings of a device compare equal."""
+    device = torch.device(device)
+    if device.index is not None or device.type not in ("cuda", "xpu"):
+        return device
+    module = getattr(torch, device.type)
+    return torch.device(device.type, module.current_device() if module.is_available() else 0)
+
+
+def is_reported_tensor(tensor: torch.Tensor) -> bool:
+    """Tensors whose device walks the installed kernel order: CUDA (and ROCm, which is torch's "cuda") and XPU.
+    The CPU picks its kernel itself and MPS has its own, so pins are neither reported nor meaningful there."""
+    return tensor.is_cuda or tensor.is_xpu
+
+
+def has_reported_device() -> bool:
+    """Whether this process can see a device whose attention calls get reported."""
+    return torch.cuda.is_available() or _xpu_available()
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def is_rocm() -> bool:
+    return torch.version.hip is not None
+
+
+def is_sage_tensor(tensor: torch.Tensor) -> bool:
+    return tensor.is_cuda
+
+
+def is_sage_device(device: torch.device) -> bool:
+    return device.type == "cuda"
+
+
+# PyTorch's own answer to "which kernel serves this call under the current flags and order", as an SDPBackend
+# value; it raises when no kernel can. Tests replace it with a function of the same signature.
+fused_sdp_choice = torch._fused_sdp_choice

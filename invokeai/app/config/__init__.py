@@ -3,11 +3,9 @@
 from invokeai.app.config.cli import CliArgs, parse_args
 from invokeai.app.config.errors import ConfigError
 from invokeai.app.config.loader import LoadResult, init_root, load_config
-from invokeai.app.config.settings import ATTENTION_BACKENDS, AttentionBackend, InvokeAIAppConfig
+from invokeai.app.config.settings import InvokeAIAppConfig
 
 __all__ = [
-    "ATTENTION_BACKENDS",
-    "AttentionBackend",
     "CliArgs",
     "ConfigError",
     "InvokeAIAppConfig",

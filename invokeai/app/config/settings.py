@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from invokeai.backend.attention.settings import AttentionSetting
+
 ENV_PREFIX = "INVOKEAI_"
 ROOT_ENV_VAR = "INVOKEAI_ROOT"
 CONFIG_FILE_NAME = "invokeai.yaml"
-
-# The attention package (invokeai.backend.attention.ATTENTION_SETTINGS) cannot import the app, so
-# tests/app/test_attention_setting.py pins this Literal against its list.
-AttentionBackend = Literal["auto", "sage", "cudnn", "flash", "efficient", "math"]
-ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 Precision = Literal["auto", "float16", "bfloat16", "float32"]
@@ -98,7 +95,7 @@ class InvokeAIAppConfig(BaseSettings):
         startup_only=True,
         common=True,
     )
-    attention_backend: AttentionBackend = setting(
+    attention_backend: AttentionSetting = setting(
         "auto",
         "Attention kernel ranked first for every scaled-dot-product attention call. auto: InvokeAI's order "
         "(flash, cuDNN, memory-efficient, math). sage: SageAttention where it can serve the call (needs the "

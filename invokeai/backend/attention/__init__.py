@@ -1,77 +1,68 @@
 """Attention for the whole server: PyTorch's SDPA kernels ranked once per process, a pinnable `attention_backend`,
 per-node reports of calls the pinned kernel could not serve, and dispatcher-priced score matrices.
 
-Depends on torch and the standard library only, so it runs wherever torch does.
+Depends on torch and the standard library only, so it runs wherever torch does. Where each concern lives:
+docs/attention.md, "Layout".
+
+The face loads lazily: `settings` (torch-free) is imported here, every other name on first use, so the configuration
+can validate `attention_backend` without importing torch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch.nn.attention import SDPBackend
+from invokeai.backend.attention.settings import ATTENTION_SETTINGS, AttentionSetting
 
-from invokeai.backend.attention import stats as _stats
-from invokeai.backend.attention.caller import NO_NODE, attention_caller, current_node_type
-from invokeai.backend.attention.install import install_attention, uninstall_attention
-from invokeai.backend.attention.kernels import ATTENTION_SETTINGS, AUTO_ORDER, kernel_order
-from invokeai.backend.attention.memory import sdpa_score_matrix_bytes
-from invokeai.backend.attention.routing import make_router, public_kernel
-from invokeai.backend.attention.state import STATE as _STATE
-from invokeai.backend.attention.state import WINDOW_ENV
-from invokeai.backend.attention.step_benchmark import StepBenchmark, step_benchmark
-from invokeai.backend.attention.window import WINDOW_MODES, sdpa_window, window_mode_from_env
+if TYPE_CHECKING:
+    from invokeai.backend.attention.caller import NO_NODE, attention_caller, current_node_type
+    from invokeai.backend.attention.install import install_attention, uninstall_attention
+    from invokeai.backend.attention.memory import sdpa_score_matrix_bytes
+    from invokeai.backend.attention.policy import AUTO_ORDER, kernel_order
+    from invokeai.backend.attention.routing import serving_kernel
+    from invokeai.backend.attention.stats import AttentionStats, attention_stats
+
+# Each public name and the module that holds it.
+_HOMES: dict[str, str] = {
+    "AUTO_ORDER": "policy",
+    "kernel_order": "policy",
+    "install_attention": "install",
+    "uninstall_attention": "install",
+    "attention_caller": "caller",
+    "current_node_type": "caller",
+    "NO_NODE": "caller",
+    "serving_kernel": "routing",
+    "sdpa_score_matrix_bytes": "memory",
+    "attention_stats": "stats",
+    "AttentionStats": "stats",
+}
 
 __all__ = [
     "ATTENTION_SETTINGS",
     "AUTO_ORDER",
     "NO_NODE",
-    "WINDOW_ENV",
-    "WINDOW_MODES",
-    "StepBenchmark",
+    "AttentionSetting",
+    "AttentionStats",
     "attention_caller",
     "attention_stats",
     "current_node_type",
     "install_attention",
     "kernel_order",
     "sdpa_score_matrix_bytes",
-    "sdpa_window",
     "serving_kernel",
-    "step_benchmark",
     "uninstall_attention",
-    "window_mode_from_env",
 ]
 
 
-def serving_kernel(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> SDPBackend | str:
-    """Which kernel would serve this exact call under the installed policy: an SDPBackend, or "sage"."""
-    router = _STATE.router if _STATE.router is not None else make_router(_STATE)
-    return public_kernel(router(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa))
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
 
 
-def attention_stats() -> dict[str, Any]:
-    """The setting, the installed order, the startup probe, every report so far, and calls per node and kernel."""
-    window = _STATE.window
-    return {
-        "setting": _STATE.setting,
-        "installed": _STATE.installed,
-        "order": [kernel.name for kernel in _STATE.order] if _STATE.installed else [],
-        "torch_priority_order": [SDPBackend(b).name for b in torch._C._get_sdp_priority_order()],
-        "cudnn_demoted": _STATE.cudnn_demoted,
-        "window": window.mode if window is not None else None,
-        "probe": _STATE.probe,
-        "unavailable": sorted(_STATE.unavailable),
-        "sage": _STATE.sage.version if _STATE.sage is not None else None,
-        "reports": list(_stats.reports),
-        "events": list(_stats.events),
-        "counts": _stats.call_counts(),
-    }
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

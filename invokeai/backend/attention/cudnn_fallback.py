@@ -1,55 +1,78 @@
-"""cuDNN fallback: a runtime failure of a cuDNN-served call demotes cuDNN for the process and retries the call.
+"""The cuDNN fallback layer: a run-time failure of a cuDNN-served call demotes cuDNN and retries the call.
 
-cuDNN attention fails on some card/driver/version combinations with errors ("No execution plans support the
-graph", CUDNN_STATUS_BAD_PARAM, internal asserts) that no eligibility check predicts. One failure moves cuDNN
-behind the memory-efficient kernel for the rest of the process, so later calls pay no retry.
+cuDNN attention fails on some card, driver and version combinations with errors no eligibility check predicts
+("No execution plans support the graph", CUDNN_STATUS_BAD_PARAM, internal asserts). One failure moves cuDNN behind
+math for the rest of the process (`policy.demoted_order`), so no later call, and not the retry, reaches it again:
+the retry runs on the next kernel that can serve it, or on math. With cuDNN out of reach the layer has nothing left
+to catch, so the rebuilt SDPA no longer has it, and a second failure cannot recurse.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
 
 import torch
 
+from invokeai.backend import devices
 from invokeai.backend.attention import stats
 from invokeai.backend.attention.caller import current_node_type
+from invokeai.backend.attention.layer import Call, Layer, Rebuild, Route
+from invokeai.backend.attention.policy import demoted_order
 from invokeai.backend.attention.state import AttentionState
 
 logger = logging.getLogger(__name__)
 
-_OUT_OF_MEMORY: type[BaseException] = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+CUDNN = "CUDNN_ATTENTION"
+DEMOTED = "demoted"
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, _OUT_OF_MEMORY) or "out of memory" in str(error).lower()
+    """PyTorch raises out-of-memory as torch.OutOfMemoryError, but some paths (cuDNN's workspace, other
+    allocators) raise a plain RuntimeError saying so: either is memory, not a cuDNN defect."""
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
-def cudnn_fallback_layer(
-    inner: Callable[..., Any], state: AttentionState, demote: Callable[[RuntimeError], None]
-) -> Callable[..., Any]:
-    def fallback(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
-        if route != "CUDNN_ATTENTION":
-            return inner(route, q, k, v, m, d, c, s, g)
-        try:
-            return inner(route, q, k, v, m, d, c, s, g)
-        except RuntimeError as error:
-            # An exclusive window exists to prove cuDNN served the run: it must fail visibly, not fall back.
-            if is_out_of_memory(error) or (state.window is not None and state.window.exclusive):
-                raise
-            demote(error)
-            assert state.wrapper is not None
-            return state.wrapper(q, k, v, m, d, c, scale=s, enable_gqa=g)
+def demote_cudnn(state: AttentionState, error: RuntimeError, rebuild: Rebuild) -> Call:
+    """Rank cuDNN behind math for the rest of the process, once; returns the SDPA to retry with."""
+    with state.lock:
+        if not state.cudnn_demoted:
+            state.cudnn_demoted = True
+            state.order = demoted_order(state.order)
+            state.apply()
+            first_line = stats.record_event("cudnn_demoted", error)
+            logger.warning(
+                "cuDNN attention failed in %s: %s. cuDNN is ranked after math for the rest of this process (no "
+                "call runs on it), and the call is retried on the next kernel.",
+                current_node_type(),
+                first_line,
+            )
+            return rebuild()
+        assert state.public is not None
+        return state.public
 
-    return fallback
 
+class CudnnFallback(Layer):
+    name = "cudnn_fallback"
 
-def log_demotion(error: RuntimeError) -> None:
-    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    message = (
-        f"cuDNN attention failed in {current_node_type()}: {first_line}. cuDNN is ranked after the "
-        "memory-efficient kernel for the rest of this process, and the call is retried."
-    )
-    logger.warning(message)
-    stats.events.append({"event": "cudnn_demoted", "node_type": current_node_type(), "error": first_line})
+    def active(self, state: AttentionState) -> bool:
+        return devices.has_cuda() and not state.cudnn_demoted
+
+    def wrap(self, state: AttentionState, inner: Call, rebuild: Rebuild) -> Call:
+        def fallback(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
+            if route != CUDNN:
+                return inner(route, q, k, v, m, d, c, s, g)
+            try:
+                return inner(route, q, k, v, m, d, c, s, g)
+            except RuntimeError as error:
+                # An exclusive window exists to prove cuDNN served the run: it must fail visibly, not fall back.
+                if is_out_of_memory(error) or (state.window is not None and state.window.exclusive):
+                    raise
+                retry = demote_cudnn(state, error, rebuild)
+            return retry(q, k, v, m, d, c, scale=s, enable_gqa=g)
+
+        return fallback
+
+    def reason(self, state: AttentionState, pinned: str, route: Route) -> tuple[str, str] | None:
+        if pinned == CUDNN and state.cudnn_demoted:
+            return DEMOTED, "the cuDNN kernel was demoted after a run-time failure earlier in this process"
+        return None

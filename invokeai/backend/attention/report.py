@@ -1,7 +1,9 @@
-"""The "pinned kernel not possible" report: once per (node type, pinned kernel, serving kernel, reason).
+"""The report layer: "attention_backend '...' is not possible", once per (node type, pinned, serving, reason).
 
 A pin is never exclusive: a call the pinned kernel cannot serve runs on the next kernel of the order, and the admin
-is told why, once, instead of being left to guess which kernel ran (or being warned on every call).
+is told why, once, instead of being left to guess which kernel ran (or being warned on every call). A call is
+reported after it completed, so a call that raised is not reported as served. Only devices that walk the installed
+order (CUDA, XPU) are reported: the CPU and MPS pick their kernel themselves, so a pin means nothing there.
 """
 
 from __future__ import annotations
@@ -11,25 +13,23 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend
 
-from invokeai.backend.attention import devices, stats
+from invokeai.backend import devices
+from invokeai.backend.attention import stats
 from invokeai.backend.attention.caller import current_node_type
-from invokeai.backend.attention.kernels import KERNEL_PHRASES
-from invokeai.backend.attention.routing import GUARDED_MATH, describe_call
-from invokeai.backend.attention.state import WINDOW_ENV, AttentionState
+from invokeai.backend.attention.layer import Call, Layer, Rebuild, Route
+from invokeai.backend.attention.policy import KERNEL_PHRASES
+from invokeai.backend.attention.routing import ERROR, describe_call, route_name
+from invokeai.backend.attention.state import AttentionState
 
 logger = logging.getLogger(__name__)
 
 CANNOT_SERVE = "cannot_serve"
 UNAVAILABLE = "unavailable"
-DEMOTED = "demoted"
 WINDOW = "window"
-ROCM_GUARD = "rocm_guard"
-REASONS = (CANNOT_SERVE, UNAVAILABLE, DEMOTED, WINDOW, ROCM_GUARD)
 
 _CAN_USE: dict[str, Callable[..., bool]] = {
     "FLASH_ATTENTION": torch.backends.cuda.can_use_flash_attention,
@@ -37,32 +37,6 @@ _CAN_USE: dict[str, Callable[..., bool]] = {
 }
 if hasattr(torch.backends.cuda, "can_use_cudnn_attention"):
     _CAN_USE["CUDNN_ATTENTION"] = torch.backends.cuda.can_use_cudnn_attention
-
-
-def reason_for(state: AttentionState, pinned: str, route: Any) -> str:
-    if route is GUARDED_MATH:
-        return ROCM_GUARD
-    if state.window is not None and state.window.exclusive:
-        return WINDOW
-    if pinned == "CUDNN_ATTENTION" and state.cudnn_demoted:
-        return DEMOTED
-    if pinned in state.unavailable:
-        return UNAVAILABLE
-    return CANNOT_SERVE
-
-
-def _explain(state: AttentionState, pinned: str, reason: str, call_description: str, head_dim: int) -> str:
-    phrase = KERNEL_PHRASES[getattr(SDPBackend, pinned)]
-    if reason == ROCM_GUARD:
-        return f"the ROCm wide-head guard sent this call (head_dim {head_dim} > {state.rocm_max_head_dim}) to math"
-    if reason == WINDOW:
-        assert state.window is not None
-        return f"an exclusive {WINDOW_ENV}={state.window.mode} window switched it off"
-    if reason == DEMOTED:
-        return "the cuDNN kernel was demoted after a runtime failure earlier in this process"
-    if reason == UNAVAILABLE:
-        return f"this build or device has no {phrase.removeprefix('the ')}"
-    return f"{phrase} cannot serve this call ({call_description})"
 
 
 def _pytorch_reason(pinned: str, q, k, v, m, d, c, g) -> None:  # type: ignore[no-untyped-def]
@@ -82,47 +56,68 @@ def _pytorch_reason(pinned: str, q, k, v, m, d, c, g) -> None:  # type: ignore[n
         sys.stderr.write(f"PyTorch on why {pinned} did not serve it:\n" + "\n".join(lines) + "\n")
 
 
-def report_layer(inner: Callable[..., Any], state: AttentionState, pinned: SDPBackend) -> Callable[..., Any]:
-    # Kept in stats, not here: a rebind (demotion, first window) builds a new layer but must not report again.
-    seen = stats.reported_keys
-    # (node type, route, state version) already handled: the steady state costs one set lookup.
-    handled: set[tuple[str, Any, int]] = set()
-    lock = threading.Lock()
-    setting = state.setting
-    pinned_name = pinned.name
+class Report(Layer):
+    name = "report"
 
-    def report(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
-        if route != pinned_name and route != "ERROR" and devices.is_reported_tensor(q):
-            fast_key = (current_node_type(), route, state.version)
-            if fast_key in handled:
-                return inner(route, q, k, v, m, d, c, s, g)
-            reason = reason_for(state, pinned_name, route)
-            key = (fast_key[0], route, reason)
-            if key not in seen:
+    def active(self, state: AttentionState) -> bool:
+        return state.pinned is not None and devices.has_reported_device()
+
+    def reason_for(self, state: AttentionState, pinned: str, route: Route) -> tuple[str, str]:
+        for layer in state.registry:
+            found = layer.reason(state, pinned, route)
+            if found is not None:
+                return found
+        window, served = state.window, route_name(route)
+        if window is not None and served == window.kernel.name:
+            if window.exclusive:
+                return WINDOW, f"the exclusive {window.source} window switched it off"
+            return WINDOW, f"the {window.source} window ranked {KERNEL_PHRASES[window.kernel]} above it"
+        phrase = KERNEL_PHRASES[getattr(SDPBackend, pinned)]
+        if pinned in state.unavailable:
+            return UNAVAILABLE, f"this build or device has no {phrase.removeprefix('the ')}"
+        return CANNOT_SERVE, f"{phrase} cannot serve this call"
+
+    def wrap(self, state: AttentionState, inner: Call, rebuild: Rebuild) -> Call:
+        assert state.pinned is not None
+        pinned = state.pinned.name
+        setting = state.setting
+        # Kept in stats, not here: a rebuild (demotion, Sage switched off) makes a new layer but must not report
+        # again. `handled` is this layer's: (node type, route, state version) already looked at, so the steady
+        # state costs one set lookup, and any change of the state (a window, a demotion) looks again.
+        seen = stats.reported_keys
+        handled: set[tuple[str, Route, int]] = set()
+        lock = threading.Lock()
+
+        def report(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
+            out = inner(route, q, k, v, m, d, c, s, g)
+            if route == pinned or route == ERROR or not devices.is_reported_tensor(q):
+                return out
+            handled_key = (current_node_type(), route, state.version)
+            if handled_key in handled:
+                return out
+            served = route_name(route)
+            if served != pinned:  # a layer's own route may still run the pinned kernel (guarded math)
+                reason, explanation = self.reason_for(state, pinned, route)
+                key = (handled_key[0], pinned, served, reason)
                 with lock:
                     first = key not in seen
                     seen.add(key)
                 if first:
+                    if reason == CANNOT_SERVE:
+                        explanation += f" ({describe_call(q, k, m, d, c, g)})"
                     message = (
-                        f"attention_backend {setting!r} is not possible for attention in {key[0]}: "
-                        f"{_explain(state, pinned_name, reason, describe_call(q, k, m, d, c, g), q.shape[-1])}; "
-                        f"it runs on {stats.route_name(route)}."
+                        f"attention_backend {setting!r} is not possible for attention in {key[0]}: {explanation}; "
+                        f"it runs on {served}."
                     )
                     logger.warning(message)
                     stats.reports.append(
-                        {
-                            "node_type": key[0],
-                            "pinned": pinned_name,
-                            "serving": stats.route_name(route),
-                            "reason": reason,
-                            "message": message,
-                        }
+                        stats.AttentionReport(
+                            node_type=key[0], pinned=pinned, serving=served, reason=reason, message=message
+                        )
                     )
                     if reason == CANNOT_SERVE:
-                        _pytorch_reason(pinned_name, q, k, v, m, d, c, g)
-            # Not for the ROCm guard: whether it applies depends on the call's head_dim, not on the state.
-            if route is not GUARDED_MATH:
-                handled.add(fast_key)
-        return inner(route, q, k, v, m, d, c, s, g)
+                        _pytorch_reason(pinned, q, k, v, m, d, c, g)
+            handled.add(handled_key)
+            return out
 
-    return report
+        return report

@@ -1,25 +1,46 @@
-"""ROCm wide-head guard: heads wider than the fused kernels handle go to math, and big math calls run in chunks.
+"""The ROCm wide-head guard layer: heads wider than the fused kernels handle go to math, and big math calls run in
+chunks.
 
-On ROCm the fused kernels misbehave on very wide heads (a VAE's single 512-wide head), so such calls run the
-math kernel through its aten op directly: never by toggling the process-global flags, which would leak into other
-threads. Math materialises the whole score matrix; above MATH_CHUNK_BYTES it runs head groups, or query rows when
-one head alone is too big, so the matrix held at any time stays bounded. The result equals the unchunked call.
+On ROCm the fused kernels misbehave on very wide heads (a VAE's single 512-wide head), so such calls run the math
+kernel through its aten op directly: never by toggling the process-global flags, which would leak into other
+threads. Math materialises the whole score matrix; above MATH_CHUNK_BYTES it runs whole grouped-query groups of
+heads, or query rows of one group when a group alone is too big, so the matrix held at any time stays bounded. The
+result equals the unchunked call.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import torch
 
-from invokeai.backend.attention.score_matrix import bytes_per_score_element
+from invokeai.backend import devices
+from invokeai.backend.attention import stats
+from invokeai.backend.attention.layer import Call, Claim, Layer, Rebuild, Route
+from invokeai.backend.attention.memory import PricedCall, bytes_per_score_element, score_matrix_bytes
+from invokeai.backend.attention.state import AttentionState
 
 logger = logging.getLogger(__name__)
 
 MAX_HEAD_DIM_ENV = "INVOKE_ROCM_FUSED_SDPA_MAX_HEAD_DIM"
 DEFAULT_MAX_HEAD_DIM = 256
 MATH_CHUNK_BYTES = 1 << 30
+ROCM_GUARD = "rocm_guard"
+
+
+class _GuardedMath:
+    """The math kernel, reached through the guard rather than through PyTorch's order."""
+
+    def __str__(self) -> str:
+        return "MATH"
+
+    def __repr__(self) -> str:
+        return "GUARDED_MATH"
+
+
+GUARDED_MATH = _GuardedMath()
 
 
 def max_fused_head_dim() -> int:
@@ -47,13 +68,6 @@ def _math(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tenso
     )[0]
 
 
-def _heads_per_chunk(fitting: int, group: int) -> int:
-    """Query heads per chunk so that a chunk never splits a grouped-query group across two key-value heads."""
-    if fitting >= group:
-        return fitting - fitting % group
-    return max(d for d in range(1, group + 1) if group % d == 0 and d <= fitting)
-
-
 def _slice_heads(tensor: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
     if tensor is None or tensor.dim() < 4 or tensor.shape[-3] == 1:
         return tensor
@@ -71,63 +85,105 @@ def chunked_math(
     enable_gqa: bool,
     budget: int = MATH_CHUNK_BYTES,
 ) -> torch.Tensor:
-    """The math kernel, split so that no piece materialises more than `budget` bytes of scores."""
-    if q.dim() != 4 or k.dim() != 4:
+    """The math kernel, split so that no piece materialises more than `budget` bytes of scores (where a piece of
+    one query row of one group can stay under it)."""
+    if q.dim() != 4 or k.dim() != 4 or (attn_mask is not None and is_causal):
+        # Unchunked: 3-D calls, and a mask with is_causal, which the math op refuses with PyTorch's own error.
         return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     batch, q_heads, q_len, _ = q.shape
     kv_heads, k_len = k.shape[1], k.shape[2]
-    per_head = batch * q_len * k_len * bytes_per_score_element(q.device, q.dtype)
+    per_row = batch * k_len * bytes_per_score_element(q.device, q.dtype)
+    per_head = per_row * q_len
     if per_head * q_heads <= budget:
         return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if not (kv_heads in (1, q_heads) or (enable_gqa and q_heads % kv_heads == 0)):
         # Shapes SDPA rejects: let the unchunked call raise PyTorch's own error.
         return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    # A group is the query heads that share one key-value head; a chunk never splits one.
     group = q_heads // kv_heads if kv_heads not in (1, q_heads) else 1
     shared_kv = kv_heads == 1
 
     def kv(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         if shared_kv:
             return k, v
-        return k[:, start // group : (stop - 1) // group + 1], v[:, start // group : (stop - 1) // group + 1]
+        return k[:, start // group : stop // group], v[:, start // group : stop // group]
 
-    if per_head <= budget:
-        step = _heads_per_chunk(budget // per_head, group)
+    if per_head * group <= budget:
+        step = (budget // (per_head * group)) * group
         pieces = []
         for start in range(0, q_heads, step):
             stop = min(start + step, q_heads)
             k_part, v_part = kv(start, stop)
-            pieces.append(
-                _math(
-                    q[:, start:stop],
-                    k_part,
-                    v_part,
-                    _slice_heads(attn_mask, start, stop),
-                    dropout_p,
-                    is_causal,
-                    scale,
-                    enable_gqa,
-                )
-            )
+            mask = _slice_heads(attn_mask, start, stop)
+            pieces.append(_math(q[:, start:stop], k_part, v_part, mask, dropout_p, is_causal, scale, enable_gqa))
         return torch.cat(pieces, dim=1)
 
-    rows = max(1, budget // (batch * k_len * bytes_per_score_element(q.device, q.dtype)))
-    heads = []
-    for head in range(q_heads):
-        k_part, v_part = kv(head, head + 1)
-        mask = _slice_heads(attn_mask, head, head + 1)
+    rows = max(1, budget // (per_row * group))
+    groups = []
+    for start in range(0, q_heads, group):
+        stop = start + group
+        k_part, v_part = kv(start, stop)
+        mask = _slice_heads(attn_mask, start, stop)
         pieces = []
-        for start in range(0, q_len, rows):
-            stop = min(start + rows, q_len)
+        for row in range(0, q_len, rows):
+            row_stop = min(row + rows, q_len)
             if is_causal:
                 # PyTorch's causal mask is aligned top-left: row r sees keys 0..r.
-                positions = torch.arange(start, stop, device=q.device)[:, None]
+                positions = torch.arange(row, row_stop, device=q.device)[:, None]
                 row_mask: torch.Tensor | None = torch.arange(k_len, device=q.device)[None, :] <= positions
             elif mask is not None and mask.dim() >= 2 and mask.shape[-2] != 1:
-                row_mask = mask[..., start:stop, :]
+                row_mask = mask[..., row:row_stop, :]
             else:
                 row_mask = mask
             pieces.append(
-                _math(q[:, head : head + 1, start:stop], k_part, v_part, row_mask, dropout_p, False, scale, False)
+                _math(q[:, start:stop, row:row_stop], k_part, v_part, row_mask, dropout_p, False, scale, enable_gqa)
             )
-        heads.append(torch.cat(pieces, dim=2))
-    return torch.cat(heads, dim=1)
+        groups.append(torch.cat(pieces, dim=2))
+    return torch.cat(groups, dim=1)
+
+
+class RocmGuard(Layer):
+    name = "rocm_guard"
+
+    def active(self, state: AttentionState) -> bool:
+        return state.rocm_max_head_dim is not None
+
+    def claim(self, state: AttentionState) -> Claim | None:
+        limit = state.rocm_max_head_dim
+
+        def wide_head(q, k, v, m, d, c, g):  # type: ignore[no-untyped-def]
+            return GUARDED_MATH if q.dim() >= 2 and q.shape[-1] > limit else None
+
+        return wide_head
+
+    def wrap(self, state: AttentionState, inner: Call, rebuild: Rebuild) -> Call:
+        count = stats.count
+
+        def guard(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
+            if route is GUARDED_MATH or (
+                route == "MATH"
+                and q.dim() == 4
+                and score_matrix_bytes(q.shape[0] * q.shape[1], q.shape[2], k.shape[-2], q.device, q.dtype)
+                > MATH_CHUNK_BYTES
+            ):
+                out = chunked_math(q, k, v, m, d, c, s, g, MATH_CHUNK_BYTES)
+                count(route)
+                return out
+            return inner(route, q, k, v, m, d, c, s, g)
+
+        return guard
+
+    def reason(self, state: AttentionState, pinned: str, route: Route) -> tuple[str, str] | None:
+        if route is GUARDED_MATH:
+            return ROCM_GUARD, (
+                f"the ROCm wide-head guard sends calls with head_dim above {state.rocm_max_head_dim} to math"
+            )
+        return None
+
+    def price(self, state: AttentionState, call: PricedCall, inner: Callable[[], int]) -> int:
+        """Guarded and big math calls run in chunks: their scores are capped at one chunk's."""
+        assert state.rocm_max_head_dim is not None
+        if call.head_dim > state.rocm_max_head_dim:
+            return call.chunked_math_bytes(MATH_CHUNK_BYTES)
+        return call.chunked_math_bytes(MATH_CHUNK_BYTES) if inner() else 0
+

@@ -1,7 +1,7 @@
-"""Which kernel serves a call under the installed policy: the ROCm guard, then sage, then PyTorch's dispatcher.
+"""Which kernel serves a call under the installed policy: PyTorch's dispatcher, then the layers' own routes.
 
-The patch, `serving_kernel` and the memory pricing all ask the router built here, so what is counted, reported and
-priced is what runs.
+The patch, `serving_kernel` and the memory pricing all ask the router built here, with every argument of the call,
+so what is counted, reported and priced is what runs.
 """
 
 from __future__ import annotations
@@ -9,76 +9,88 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import sys
+
 import torch
 from torch.nn.attention import SDPBackend
 
-from invokeai.backend.attention import devices
-from invokeai.backend.attention.state import AttentionState
+from invokeai.backend import devices
+from invokeai.backend.attention.layer import Route
+from invokeai.backend.attention.state import STATE, AttentionState
 
-SAGE = "sage"
+ERROR = "ERROR"
 
+# Routes are the backends' names: pybind enums hash and compare through Python (~0.3 us each), plain strings do
+# not, and every call hashes its route once. Interned, so they are the very objects the literals "MATH", "ERROR"...
+# are. Indexed by the SDPBackend value; ERROR (-1) is the last entry.
+BACKEND_BY_VALUE: tuple[str, ...] = tuple(
+    sys.intern(SDPBackend(value).name) for value in (*range(int(SDPBackend.OVERRIDEABLE) + 1), int(SDPBackend.ERROR))
+)
 
-class _GuardedMath:
-    """The math kernel, reached through the ROCm wide-head guard rather than through PyTorch's order."""
-
-    name = "MATH"
-
-    def __str__(self) -> str:
-        return "MATH"
-
-    def __repr__(self) -> str:
-        return "GUARDED_MATH"
-
-
-GUARDED_MATH = _GuardedMath()
-
-Router = Callable[..., Any]
+Router = Callable[..., Route]  # (q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> route
 
 
 def make_router(state: AttentionState) -> Router:
-    """A function (q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> route, with only the checks needed.
+    """The router for the state's layers, with only the checks they need.
 
-    PyTorch's dispatcher is asked on every call rather than through a cache: on this project's CPU a cache key
-    (three shapes, dtype, device) costs more than the query itself (~0.65 us).
+    PyTorch's dispatcher is asked first, on every call, with the call's own arguments: it also checks them, so a
+    call it refuses routes to ERROR and the real call raises PyTorch's own error. A cache would cost more than the
+    query (~0.4-0.9 us here): its key (three shapes, dtype, device, the flags) takes longer to read from Python.
     """
     choice = devices.fused_sdp_choice
-    by_value = devices.BACKEND_BY_VALUE
+    by_value = BACKEND_BY_VALUE
 
     def dispatcher_route(q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
         try:
-            # Explicit defaults cost the C binding ~0.3 us to parse, so the common call passes only the tensors.
-            if s is None and not g:
-                if m is None and not d and not c:
+            # Explicit defaults cost the C binding ~0.3 us to parse, so a call that left them out passes only the
+            # tensors. Identity checks, so that any other value (is_causal=0, dropout_p=None) reaches PyTorch's own
+            # argument checks.
+            if s is None and g is False:
+                if m is None and c is False and d.__class__ is float and not d:
                     return by_value[choice(q, k, v)]
                 return by_value[choice(q, k, v, m, d, c)]
             return by_value[choice(q, k, v, m, d, c, scale=s, enable_gqa=g)]
         except Exception:
             # Bad arguments or no eligible kernel: the real call raises PyTorch's own error, unchanged.
-            return "ERROR"
+            return ERROR
 
-    guard = state.rocm_max_head_dim
-    sage = state.sage
-    if guard is None and sage is None:
+    claims = [claim for layer in state.layers if (claim := layer.claim(state)) is not None]
+    if not claims:
         return dispatcher_route
 
     def route(q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
-        try:
-            if guard is not None and q.dim() >= 2 and q.shape[-1] > guard:
-                return GUARDED_MATH
-            if sage is not None and sage.takes(q, k, v, m, d, c, g):
-                return SAGE
-        except Exception:
-            pass
-        return dispatcher_route(q, k, v, m, d, c, s, g)
+        chosen = dispatcher_route(q, k, v, m, d, c, s, g)
+        if chosen == ERROR:
+            return chosen
+        for claim in claims:
+            claimed = claim(q, k, v, m, d, c, g)
+            if claimed is not None:
+                return claimed
+        return chosen
 
     return route
 
 
-def public_kernel(route: Any) -> SDPBackend | str:
-    """What `serving_kernel` answers: a PyTorch backend, or "sage"."""
-    if route is SAGE:
-        return SAGE
-    return getattr(SDPBackend, str(route))
+def public_kernel(route: Route) -> SDPBackend | str:
+    """What `serving_kernel` answers: a PyTorch backend, or a layer's own kernel by name ("sage")."""
+    kernel = getattr(SDPBackend, str(route), None)
+    return kernel if kernel is not None else str(route)
+
+
+def serving_kernel(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> SDPBackend | str:
+    """Which kernel would serve this exact call under the installed policy: an SDPBackend (ERROR when none can),
+    or "sage"."""
+    router = STATE.router if STATE.router is not None else make_router(STATE)
+    return public_kernel(router(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa))
 
 
 def describe_call(
@@ -110,3 +122,8 @@ def describe_call(
     if dropout_p:
         parts.append(f"dropout {dropout_p}")
     return ", ".join(parts)
+
+
+def route_name(route: Any) -> str:
+    """The kernel a route runs on, by name: a layer's own route names its kernel (guarded math is "MATH")."""
+    return str(route)

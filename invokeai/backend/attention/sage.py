@@ -1,9 +1,11 @@
-"""SageAttention (`attention_backend: sage`): which calls it takes, and calling it without surprises.
+"""The SageAttention layer (`attention_backend: sage`): which calls it takes, and calling it without surprises.
 
 Sage has no mask parameter (sageattention 1.0.6 swallows an `attn_mask=` into **kwargs), supports only some head
 sizes, and 1.0.6 subtracts the key mean in place on the caller's tensor. So it takes a call only when every
 condition below holds, and the key smoothing is done here out of place: subtracting a per-row constant from the
-scores does not change the softmax, so the result is the same and the caller's key is never touched.
+scores does not change the softmax, so the result is the same and the caller's key is never touched. If it fails
+at run time (a Triton build error, an unsupported GPU), it is switched off for the process and the call runs on
+auto's order.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.attention import devices
+from invokeai.backend import devices
+from invokeai.backend.attention import stats
+from invokeai.backend.attention.caller import current_node_type
+from invokeai.backend.attention.cudnn_fallback import is_out_of_memory
+from invokeai.backend.attention.layer import Call, Claim, Layer, Rebuild
+from invokeai.backend.attention.memory import PricedCall
+from invokeai.backend.attention.state import AttentionState
 
 logger = logging.getLogger(__name__)
 
+SAGE = "sage"
 SAGE_HEAD_DIMS = frozenset({64, 96, 128})
 SAGE_DTYPES = frozenset({torch.float16, torch.bfloat16})
 # Below this query length the kernel's quantisation setup outweighs its speed-up; not yet measured on a GPU
@@ -107,3 +116,77 @@ def load_sage() -> SageKernel | None:
             error,
         )
         return None
+
+
+def give_up_sage(state: AttentionState, error: Exception, rebuild: Rebuild) -> Callable[..., torch.Tensor]:
+    """Sage failed at run time: auto's order serves every call from now on. Returns the SDPA to retry with."""
+    with state.lock:
+        if state.sage is not None:
+            first_line = stats.record_event("sage_disabled", error)
+            logger.warning(
+                "SageAttention failed in %s: %s. It is switched off for the rest of this process; attention "
+                "runs on auto's order.",
+                current_node_type(),
+                first_line,
+            )
+            state.sage = None
+            return rebuild()
+        assert state.public is not None
+        return state.public
+
+
+class Sage(Layer):
+    name = "sage"
+
+    def active(self, state: AttentionState) -> bool:
+        return state.sage is not None
+
+    def claim(self, state: AttentionState) -> Claim | None:
+        assert state.sage is not None
+        takes = state.sage.takes
+
+        def sage_route(q, k, v, m, d, c, g):  # type: ignore[no-untyped-def]
+            return SAGE if takes(q, k, v, m, d, c, g) else None
+
+        return sage_route
+
+    def wrap(self, state: AttentionState, inner: Call, rebuild: Rebuild) -> Call:
+        sage = state.sage
+        count = stats.count
+
+        def sage_call(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
+            if route is not SAGE:
+                return inner(route, q, k, v, m, d, c, s, g)
+            try:
+                out = sage(q, k, v, c, s)
+            except Exception as error:
+                if is_out_of_memory(error):
+                    raise
+                retry = give_up_sage(state, error, rebuild)
+            else:
+                count(SAGE)
+                return out
+            return retry(q, k, v, m, d, c, scale=s, enable_gqa=g)
+
+        return sage_call
+
+    def price(self, state: AttentionState, call: PricedCall, inner: Callable[[], int]) -> int:
+        """Sage materialises no score matrix; a call it would not take is priced on the kernel that serves it."""
+        sage = state.sage
+        if (
+            sage is not None
+            and not call.has_attn_mask
+            and devices.is_sage_device(call.device)
+            and sage.fits(
+                call.dtype,
+                call.head_dim,
+                call.num_heads,
+                call.kv_heads,
+                call.query_len,
+                call.key_len,
+                call.is_causal,
+                call.grouped,
+            )
+        ):
+            return 0
+        return inner()

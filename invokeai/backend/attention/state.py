@@ -1,28 +1,21 @@
-"""The process-wide attention state: what is installed, what PyTorch's flags were, demotion and window."""
+"""The process-wide attention state: what is installed, what PyTorch's flags were, the demotion and the window."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.attention import SDPBackend
 
-from invokeai.backend.attention.kernels import AUTO_ORDER
-from invokeai.backend.attention.torch_flags import KernelFlags, apply_flags, ranked_flags
+from invokeai.backend.attention.policy import AUTO_ORDER, KernelFlags, Window, apply_flags, flags_for
 
-WINDOW_ENV = "INVOKE_KREA2_SDPA_BACKEND"
-
-
-@dataclass(frozen=True)
-class Window:
-    """An INVOKE_KREA2_SDPA_BACKEND window: one kernel alone (exclusive) or that kernel ranked first."""
-
-    mode: str
-    kernel: SDPBackend
-    exclusive: bool
+if TYPE_CHECKING:
+    from invokeai.backend.attention.layer import Layer
+    from invokeai.backend.attention.probe import KernelProbe
+    from invokeai.backend.attention.sage import SageKernel
 
 
 @dataclass
@@ -33,45 +26,35 @@ class AttentionState:
     order: tuple[SDPBackend, ...] = AUTO_ORDER
     cudnn_demoted: bool = False
     window: Window | None = None
-    original_sdpa: Callable[..., Any] | None = None
-    wrapper: Callable[..., Any] | None = None
+    original_sdpa: Callable[..., torch.Tensor] | None = None
+    # The function in place of SDPA, the router it asks and the layers it is composed of.
+    public: Callable[..., torch.Tensor] | None = None
     router: Callable[..., Any] | None = None
+    layers: tuple[Layer, ...] = ()
+    # Every registered layer, composed or not: any of them may be the reason a pinned kernel did not serve a call.
+    registry: tuple[Layer, ...] = ()
     previous_flags: KernelFlags | None = None
-    probe: dict[str, Any] | None = None
+    probe: KernelProbe | None = None
     unavailable: frozenset[str] = frozenset()
-    sage: Any = None
+    sage: SageKernel | None = None
     rocm_max_head_dim: int | None = None
-    serialize: bool = False
+    # Counts installs, so that a window closing after an uninstall or a re-install leaves their flags alone.
+    installation: int = 0
     # Bumped whenever the flags change (install, demotion, window), so the report can skip re-deriving a reason.
     version: int = 0
-    # Every attention call takes this lock while windows are possible, and a window holds it for its whole
-    # generation: PyTorch's flags are process-global, so that is the only way a window cannot leak into another
-    # thread's calls. Reentrant, so the window's own thread keeps calling attention inside it.
+    # From the first window on, every attention call takes `lock`, and a window holds it for its whole generation:
+    # PyTorch's flags are process-global, so that is the only way a window cannot leak into another thread's calls.
+    # Reentrant, so the window's own thread keeps calling attention inside it.
+    serialize: bool = False
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @property
     def installed(self) -> bool:
-        return self.wrapper is not None
-
-    def effective_flags(self) -> KernelFlags:
-        window = self.window
-        if window is not None and window.exclusive:
-            return ranked_flags([window.kernel], enabled=[window.kernel])
-        order = list(self.order)
-        if window is not None and not (window.kernel is SDPBackend.CUDNN_ATTENTION and self.cudnn_demoted):
-            order = [window.kernel, *(k for k in order if k != window.kernel)]
-        return ranked_flags(order)
+        return self.public is not None
 
     def apply(self) -> None:
-        apply_flags(self.effective_flags())
+        apply_flags(flags_for(self.order, self.window, self.cudnn_demoted))
         self.version += 1
-
-
-def demoted_order(order: tuple[SDPBackend, ...]) -> tuple[SDPBackend, ...]:
-    """cuDNN moved to just after the memory-efficient kernel (math stays the last resort)."""
-    rest = [k for k in order if k != SDPBackend.CUDNN_ATTENTION]
-    at = rest.index(SDPBackend.EFFICIENT_ATTENTION) + 1
-    return (*rest[:at], SDPBackend.CUDNN_ATTENTION, *rest[at:])
 
 
 STATE = AttentionState()

@@ -1,25 +1,108 @@
-"""Per-call counters and the reports made so far.
+"""What the attention package tells: per-call counts, the reports and events so far, and `attention_stats()`.
 
-Counters live in one dict per thread so that counting needs no lock on the hot path; `attention_stats` sums them.
+Counters live in one dict per thread, so that counting needs no lock on the hot path; `attention_stats` sums them.
+The records are plain dataclasses (this package needs torch alone); their attribute docstrings are their field
+descriptions, which pydantic reads when the API serves them (`__pydantic_config__`), so the REST schema is this
+record, field for field.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention.caller import current_node_type
+from invokeai.backend.attention.layer import Route
+from invokeai.backend.attention.probe import KernelProbe
+from invokeai.backend.attention.routing import route_name
+from invokeai.backend.attention.state import STATE
 
-Route = Any  # an SDPBackend, SAGE or GUARDED_MATH (see routing)
+_DESCRIBED = {"use_attribute_docstrings": True}
+
+ReportReason = Literal["cannot_serve", "unavailable", "demoted", "window", "rocm_guard"]
+EventName = Literal["cudnn_demoted", "sage_disabled"]
+
+
+@dataclass(frozen=True)
+class AttentionReport:
+    """One "attention_backend '...' is not possible" report: made once per (node type, pinned, serving, reason)."""
+
+    __pydantic_config__ = _DESCRIBED
+
+    node_type: str
+    """The node type whose attention call it was ("(no node)" outside any node)."""
+    pinned: str
+    """The pinned kernel (PyTorch's name, e.g. EFFICIENT_ATTENTION)."""
+    serving: str
+    """The kernel that served the call instead."""
+    reason: ReportReason
+    """Why the pinned kernel did not serve it (docs/attention.md lists each reason)."""
+    message: str
+    """The WARNING logged for it, word for word."""
+
+
+@dataclass(frozen=True)
+class AttentionEvent:
+    """A change the package made at run time: cuDNN demoted after a failure, or SageAttention switched off."""
+
+    __pydantic_config__ = _DESCRIBED
+
+    event: EventName
+    """What happened."""
+    node_type: str
+    """The node type whose attention call failed."""
+    error: str
+    """The first line of the error that caused it."""
+
+
+@dataclass(frozen=True)
+class AttentionStats:
+    """The attention package's state and what it has seen in this process (docs/attention.md)."""
+
+    __pydantic_config__ = _DESCRIBED
+
+    setting: str | None
+    """The installed attention_backend setting (null before the install)."""
+    installed: bool
+    """Whether the patched SDPA is in place in this process."""
+    device: str | None
+    """The device the install probed and reports for (e.g. cuda:0, cpu); null before the install."""
+    order: list[str]
+    """The installed ranked kernel list, first choice first (after any cuDNN demotion); empty before the install."""
+    torch_priority_order: list[str]
+    """PyTorch's whole SDPA priority order as it is now (OVERRIDEABLE last; an open window shows here)."""
+    layers: list[str]
+    """The optional layers composed around SDPA, outermost first (cudnn_fallback, report, rocm_guard, sage)."""
+    cudnn_demoted: bool
+    """Whether a cuDNN failure demoted cuDNN behind math for the rest of the process."""
+    window: str | None
+    """The benchmarking window open now (INVOKE_KREA2_SDPA_BACKEND's mode), or null."""
+    probe: KernelProbe | None
+    """The startup probe's answer on CUDA and XPU; null on the CPU and MPS."""
+    unavailable: list[str]
+    """Kernels this build or device lacks, from the build and the probe."""
+    sage: str | None
+    """The sageattention version in use, or null."""
+    reports: list[AttentionReport]
+    """Every report so far, oldest first."""
+    events: list[AttentionEvent]
+    """cuDNN demotions and SageAttention switched off at run time, oldest first."""
+    counts: dict[str, dict[str, int]]
+    """Completed attention calls: {node type: {serving kernel: calls}}; kernels are PyTorch's names, or sage."""
+
 
 thread_local = threading.local()
 _thread_counts: list[dict[tuple[str, Route], int]] = []
 _registry_lock = threading.Lock()
 
-reports: list[dict[str, str]] = []
-# (node type, serving route, reason) already reported in this installation.
-reported_keys: set[tuple[str, Route, str]] = set()
-events: list[dict[str, str]] = []
+reports: list[AttentionReport] = []
+# (node type, pinned, serving route, reason) already reported in this installation.
+reported_keys: set[tuple[str, str, str, str]] = set()
+events: list[AttentionEvent] = []
 
 
 def counts_for_this_thread() -> dict[tuple[str, Route], int]:
@@ -40,10 +123,6 @@ def count(route: Route) -> None:
     counts[key] = counts.get(key, 0) + 1
 
 
-def route_name(route: Route) -> str:
-    return str(route)
-
-
 def call_counts() -> dict[str, dict[str, int]]:
     """{node type: {serving kernel: calls}}."""
     merged: dict[str, dict[str, int]] = {}
@@ -57,6 +136,14 @@ def call_counts() -> dict[str, dict[str, int]]:
     return merged
 
 
+def record_event(event: EventName, error: BaseException) -> str:
+    """Keep a run-time change for `attention_stats`; returns the error's first line, for the log message."""
+    text = str(error).strip()
+    first_line = text.splitlines()[0] if text else type(error).__name__
+    events.append(AttentionEvent(event=event, node_type=current_node_type(), error=first_line))
+    return first_line
+
+
 def reset() -> None:
     with _registry_lock:
         for counts in _thread_counts:
@@ -64,3 +151,26 @@ def reset() -> None:
     reports.clear()
     reported_keys.clear()
     events.clear()
+
+
+def attention_stats() -> AttentionStats:
+    """The setting, the installed order and layers, the startup probe, every report and event so far, and the
+    completed calls per node type and kernel."""
+    state = STATE
+    window = state.window
+    return AttentionStats(
+        setting=state.setting,
+        installed=state.installed,
+        device=str(state.device) if state.device is not None else None,
+        order=[kernel.name for kernel in state.order] if state.installed else [],
+        torch_priority_order=[SDPBackend(b).name for b in torch._C._get_sdp_priority_order()],
+        layers=[layer.name for layer in state.layers],
+        cudnn_demoted=state.cudnn_demoted,
+        window=window.mode if window is not None else None,
+        probe=state.probe,
+        unavailable=sorted(state.unavailable),
+        sage=state.sage.version if state.sage is not None else None,
+        reports=list(reports),
+        events=list(events),
+        counts=call_counts(),
+    )

@@ -1,38 +1,70 @@
 """Test support for code that depends on the attention policy, usable on a CPU-only machine.
 
 PyTorch's CPU backend ignores the kernel order and has neither cuDNN nor memory-efficient attention, so a test
-that needs "what a GPU's dispatcher would say" replaces `devices.fused_sdp_choice` with a `StandInDispatcher`:
-it walks PyTorch's real priority order and flags, as the code under test installed them, and answers with the first
-enabled kernel it was told can serve the call.
+that needs "what a GPU's dispatcher would say" replaces `invokeai.backend.devices.fused_sdp_choice` with a
+`StandInDispatcher`: it walks PyTorch's real priority order and flags, as the code under test installed them, and
+answers with the first enabled kernel that can serve the call, by the rules it was given (a kernel name for "any
+call", or a predicate over the call's arguments, which is how a test states a GPU rule such as "flash takes no
+mask"). Where the CPU's own dispatcher can answer, tests ask it too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention.install import uninstall_attention
-from invokeai.backend.attention.torch_flags import apply_flags, read_flags
+from invokeai.backend.attention.policy import apply_flags, read_flags
+
+
+@dataclass(frozen=True)
+class DispatchedCall:
+    """The arguments a dispatcher query was asked with."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    attn_mask: torch.Tensor | None
+    dropout_p: float
+    is_causal: bool
+    scale: float | None
+    enable_gqa: bool
+
+
+Rule = Callable[[DispatchedCall], bool]
 
 
 class StandInDispatcher:
-    """`torch._fused_sdp_choice` as CUDA would answer it, for a device whose kernels can serve only `can_serve`."""
+    """`torch._fused_sdp_choice` as CUDA would answer it, for a device whose kernels serve what `can_serve` says:
+    an iterable of kernel names (each serves any call) or a mapping of kernel name to a rule over the call."""
 
-    def __init__(self, can_serve: set[str]) -> None:
-        self.can_serve = can_serve
+    def __init__(self, can_serve: Iterable[str] | Mapping[str, Rule]) -> None:
+        self.rules: dict[str, Rule] = (
+            dict(can_serve) if isinstance(can_serve, Mapping) else {name: (lambda call: True) for name in can_serve}
+        )
         self.calls = 0
+        self.last: DispatchedCall | None = None
+
+    @property
+    def can_serve(self) -> set[str]:
+        return set(self.rules)
 
     def __call__(
         self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
     ) -> int:  # type: ignore[no-untyped-def]
+        call = DispatchedCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         self.calls += 1
+        self.last = call
         flags = read_flags()
         for value_ in flags.order:
             kernel = SDPBackend(value_)
-            if kernel in flags.enabled and kernel.name in self.can_serve:
+            rule = self.rules.get(kernel.name)
+            if kernel in flags.enabled and rule is not None and rule(call):
                 return value_
         raise RuntimeError("No available kernel. Aborting execution.")
 

@@ -37,12 +37,15 @@ class CallFacts:
 
 @dataclass(frozen=True)
 class AttentionCall:
-    """`count` identical SDPA calls; `num_heads` includes the batch (batch x query heads)."""
+    """`count` identical SDPA calls; `num_heads` includes the batch (batch x query heads), and so does `kv_heads`
+    for a grouped-query call that passes its key-value heads as they are (`enable_gqa`; None: as many as
+    `num_heads`, for calls whose key and value are repeated before SDPA)."""
 
     num_heads: int
     query_len: int
     key_len: int
     head_dim: int
+    kv_heads: int | None = None
     has_attn_mask: bool = False
     is_causal: bool = False
     count: int = 1
@@ -56,6 +59,7 @@ class AttentionCall:
             query_len=self.query_len,
             key_len=self.key_len,
             head_dim=self.head_dim,
+            kv_heads=self.kv_heads,
             has_attn_mask=self.has_attn_mask,
             is_causal=self.is_causal,
         )

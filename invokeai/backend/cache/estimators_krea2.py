@@ -87,11 +87,15 @@ def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     if facts.text_padded:
         per_sequence += tokens * tokens * (1 + item)  # the bool mask and SDPA's additive copy of it
     activation = _scaled("text_encoder", facts.batch * per_sequence)
+    # transformers hands SDPA the grouped key-value heads (enable_gqa) when no mask is passed, and repeats them to
+    # the query heads (counted above) when one is.
+    kv_heads = text.get("num_key_value_heads", heads)
     call = AttentionCall(
         num_heads=facts.batch * heads,
         query_len=tokens,
         key_len=tokens,
         head_dim=head_dim,
+        kv_heads=None if facts.text_padded or head_dim > 256 else facts.batch * kv_heads,
         has_attn_mask=facts.text_padded,
         is_causal=not facts.text_padded,
         count=layers,

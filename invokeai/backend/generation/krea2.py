@@ -12,6 +12,7 @@ benchmark can use it.
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from invokeai.backend.attention import StepBenchmark, sdpa_window, step_benchmark, window_mode_from_env
+from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark, sdpa_window, step_benchmark
 from invokeai.backend.generation.krea2_attention import install_krea2_attention
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
@@ -28,6 +29,23 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from invokeai.backend.generation.preview import RgbProjection
+
+# A benchmarking and support override, read once per generation: unset (the default) is the installed ranked
+# list; a mode of `invokeai.backend.attention.benchmarking.WINDOW_MODES` opens that window for the whole generation
+# and, on CUDA, times every step (docs/attention.md).
+WINDOW_ENV = "INVOKE_KREA2_SDPA_BACKEND"
+
+
+def window_mode_from_env() -> str | None:
+    """The variable's value, validated; None when unset or empty."""
+    raw = os.environ.get(WINDOW_ENV, "").strip()
+    if not raw:
+        return None
+    if raw not in WINDOW_MODES:
+        raise ValueError(
+            f"{WINDOW_ENV}={raw!r} is not valid; valid values: unset (the ranked list), {', '.join(WINDOW_MODES)}"
+        )
+    return raw
 
 # The Qwen-Image chat template Krea-2 was trained with. The prompt is padded to a fixed length *inside* the
 # template, the assistant suffix follows the padding, and the system prefix is cut from the encoder output.
@@ -180,7 +198,7 @@ def denoise(
         raise ValueError("guidance_scale > 0 needs negative_embeds and negative_mask (encode the negative prompt)")
     device = torch.device(device)
     window = window_mode_from_env()
-    bench = benchmark if benchmark is not None else step_benchmark(device)
+    bench = benchmark if benchmark is not None else step_benchmark(device, window, "krea2_denoise")
     install_krea2_attention(transformer)
     scheduler = fresh_scheduler(scheduler)
 
@@ -213,7 +231,7 @@ def denoise(
             return_dict=False,
         )[0]
 
-    with sdpa_window(window):
+    with sdpa_window(window, f"{WINDOW_ENV}={window}"):
         if bench is not None:
             bench.start()
         for index, t in enumerate(timesteps):

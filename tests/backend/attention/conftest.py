@@ -2,7 +2,7 @@
 
 PyTorch's CPU backend ignores the kernel order and has neither cuDNN nor memory-efficient attention, so tests that
 exercise reports, demotion or sage inject the two things a GPU would supply: which tensors count as on a reported
-device, and the dispatcher's answers (`invokeai.backend.attention.testing.StandInDispatcher`).
+device, and the dispatcher's answers (`invokeai.backend.attention.testing.StandInDispatcher`), through the seams of `invokeai.backend.devices`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from invokeai.backend.attention import devices
+from invokeai.backend import devices
 from invokeai.backend.attention.testing import pristine_attention
 
 
@@ -29,6 +29,7 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(devices, "has_reported_device", lambda: True)
     monkeypatch.setattr(devices, "has_cuda", lambda: True)
     monkeypatch.setattr(devices, "is_sage_tensor", lambda tensor: True)
+    monkeypatch.setattr(devices, "is_sage_device", lambda device: True)
 
 
 def _qkv(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[torch.Tensor, ...]:

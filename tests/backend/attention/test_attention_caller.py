@@ -60,7 +60,7 @@ def test_every_call_counts_once_under_node_type_and_serving_kernel() -> None:
         F.scaled_dot_product_attention(q, q, q)
         F.scaled_dot_product_attention(q, q, q, dropout_p=0.2)  # CPU flash does not take dropout: math does
     F.scaled_dot_product_attention(q, q, q)
-    assert attention_stats()["counts"] == {
+    assert attention_stats().counts == {
         "sd_text_encoder": {"FLASH_ATTENTION": 3},
         "sd_denoise": {"FLASH_ATTENTION": 1, "MATH": 1},
         NO_NODE: {"FLASH_ATTENTION": 1},
@@ -72,7 +72,7 @@ def test_a_failing_call_is_not_counted() -> None:
     q = torch.randn(1, 2, 16, 8)
     with pytest.raises(RuntimeError), attention_caller("broken"):
         F.scaled_dot_product_attention(q, q[..., :4], q)
-    assert "broken" not in attention_stats()["counts"]
+    assert "broken" not in attention_stats().counts
 
 
 def test_counts_from_concurrent_threads_add_up() -> None:
@@ -89,7 +89,7 @@ def test_counts_from_concurrent_threads_add_up() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    counts = attention_stats()["counts"]
+    counts = attention_stats().counts
     assert counts["node_0"] == {"FLASH_ATTENTION": 400}
     assert counts["node_1"] == {"FLASH_ATTENTION": 400}
 
@@ -99,4 +99,4 @@ def test_install_starts_counting_afresh() -> None:
     q = torch.randn(1, 1, 4, 4)
     F.scaled_dot_product_attention(q, q, q)
     install_attention("efficient")
-    assert attention_stats()["counts"] == {}
+    assert attention_stats().counts == {}

@@ -54,11 +54,11 @@ def test_a_cudnn_failure_demotes_cudnn_and_the_call_completes(failing_cudnn, cap
     assert len(warnings) == 1
     assert "cuDNN attention failed in krea2_denoise: cuDNN Frontend error: No execution plans" in warnings[0]
     stats = attention_stats()
-    assert stats["cudnn_demoted"] is True
-    assert stats["order"] == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"]
+    assert stats.cudnn_demoted is True
+    assert stats.order == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"]
     order = torch._C._get_sdp_priority_order()
     assert order.index(int(B.EFFICIENT_ATTENTION)) < order.index(int(B.CUDNN_ATTENTION))
-    assert stats["counts"]["krea2_denoise"] == {"EFFICIENT_ATTENTION": 1}
+    assert stats.counts["krea2_denoise"] == {"EFFICIENT_ATTENTION": 1}
 
 
 def test_later_calls_pay_no_retry(failing_cudnn) -> None:  # type: ignore[no-untyped-def]
@@ -81,9 +81,9 @@ def test_a_pinned_cudnn_demoted_puts_flash_first_again_and_reports_demoted(faili
     with attention_caller("sd_denoise"):
         F.scaled_dot_product_attention(q, q, q)
     stats = attention_stats()
-    assert stats["order"] == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"]
-    assert [(r["serving"], r["reason"]) for r in stats["reports"]] == [("FLASH_ATTENTION", "demoted")]
-    assert "demoted after a runtime failure" in stats["reports"][0]["message"]
+    assert stats.order == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"]
+    assert [(r["serving"], r["reason"]) for r in stats.reports] == [("FLASH_ATTENTION", "demoted")]
+    assert "demoted after a runtime failure" in stats.reports[0]["message"]
 
 
 def test_out_of_memory_is_not_a_cudnn_failure(failing_cudnn) -> None:  # type: ignore[no-untyped-def]
@@ -92,7 +92,7 @@ def test_out_of_memory_is_not_a_cudnn_failure(failing_cudnn) -> None:  # type: i
     q = torch.randn(1, 2, 8, 64)
     with pytest.raises(torch.OutOfMemoryError):
         F.scaled_dot_product_attention(q, q, q)
-    assert attention_stats()["cudnn_demoted"] is False
+    assert attention_stats().cudnn_demoted is False
 
 
 def test_an_exclusive_cudnn_window_fails_visibly_instead_of_falling_back(failing_cudnn) -> None:  # type: ignore[no-untyped-def]
@@ -101,7 +101,7 @@ def test_an_exclusive_cudnn_window_fails_visibly_instead_of_falling_back(failing
     q = torch.randn(1, 2, 8, 64)
     with pytest.raises(RuntimeError, match="cuDNN Frontend error"), sdpa_window("cudnn"):
         F.scaled_dot_product_attention(q, q, q)
-    assert attention_stats()["cudnn_demoted"] is False
+    assert attention_stats().cudnn_demoted is False
 
 
 def test_errors_from_other_kernels_are_not_retried(stand_in_gpu, dispatcher) -> None:  # type: ignore[no-untyped-def]
@@ -110,4 +110,4 @@ def test_errors_from_other_kernels_are_not_retried(stand_in_gpu, dispatcher) -> 
     q = torch.randn(1, 2, 8, 64)
     with pytest.raises(RuntimeError):
         F.scaled_dot_product_attention(q, q[..., :4], q)
-    assert attention_stats()["cudnn_demoted"] is False
+    assert attention_stats().cudnn_demoted is False

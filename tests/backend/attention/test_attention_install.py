@@ -19,7 +19,7 @@ from invokeai.backend.attention import (
     serving_kernel,
     uninstall_attention,
 )
-from invokeai.backend.attention.torch_flags import apply_flags, read_flags
+from invokeai.backend.attention.policy import apply_flags, read_flags
 
 PACKAGE = Path(__file__).resolve().parents[3] / "invokeai"
 
@@ -186,10 +186,10 @@ def test_serving_kernel_on_cpu_is_pytorchs_cpu_choice() -> None:
 def test_stats_report_setting_and_installed_order() -> None:
     install_attention("cudnn", device="cpu")
     stats = attention_stats()
-    assert stats["setting"] == "cudnn"
-    assert stats["order"] == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
-    assert stats["torch_priority_order"][:4] == stats["order"]
-    assert stats["probe"] is None  # CPU
+    assert stats.setting == "cudnn"
+    assert stats.order == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
+    assert stats.torch_priority_order[:4] == stats.order
+    assert stats.probe is None  # CPU
 
 
 def _binds_sdpa_at_import(tree: ast.Module) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from invokeai.backend.attention import devices, install, install_attention, sdpa_score_matrix_bytes
-from invokeai.backend.attention.score_matrix import bytes_per_score_element
+from invokeai.backend.attention.memory import bytes_per_score_element
 
 CALL = dict(dtype=torch.bfloat16, num_heads=24, query_len=1024, key_len=1024, head_dim=128)
 FULL = 24 * 1024 * 1024 * bytes_per_score_element("cpu", torch.bfloat16)

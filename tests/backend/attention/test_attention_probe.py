@@ -45,8 +45,8 @@ def test_a_pinned_kernel_the_device_lacks_is_warned_at_startup(gpu_without_flash
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(lines) == 1
     assert "attention_backend 'flash': this build or device has no flash kernel" in lines[0]
-    assert attention_stats()["probe"] == gpu_without_flash
-    assert attention_stats()["unavailable"] == ["FLASH_ATTENTION"]
+    assert attention_stats().probe == gpu_without_flash
+    assert attention_stats().unavailable == ["FLASH_ATTENTION"]
 
 
 def test_pinning_math_warns_at_startup(gpu_without_flash, caplog) -> None:  # type: ignore[no-untyped-def]

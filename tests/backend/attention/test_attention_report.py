@@ -53,12 +53,12 @@ def test_a_call_the_pinned_kernel_cannot_serve_is_reported_once_per_node(
     with attention_caller("krea2_denoise"):
         F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     assert len(_warnings(caplog)) == 2
-    reports = attention_stats()["reports"]
+    reports = attention_stats().reports
     assert [(r["node_type"], r["pinned"], r["serving"], r["reason"]) for r in reports] == [
         ("krea2_text_encoder", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
         ("krea2_denoise", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
     ]
-    assert attention_stats()["counts"]["krea2_text_encoder"] == {"CUDNN_ATTENTION": 3}
+    assert attention_stats().counts["krea2_text_encoder"] == {"CUDNN_ATTENTION": 3}
 
 
 def test_the_report_names_the_serving_kernel_per_distinct_kernel(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -70,7 +70,7 @@ def test_the_report_names_the_serving_kernel_per_distinct_kernel(stand_in_gpu, d
         stand_in.can_serve = {"MATH"}
         F.scaled_dot_product_attention(q, q, q)
         F.scaled_dot_product_attention(q, q, q)
-    assert [r["serving"] for r in attention_stats()["reports"]] == ["CUDNN_ATTENTION", "MATH"]
+    assert [r["serving"] for r in attention_stats().reports] == ["CUDNN_ATTENTION", "MATH"]
 
 
 def test_calls_the_pinned_kernel_serves_are_not_reported(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -78,8 +78,8 @@ def test_calls_the_pinned_kernel_serves_are_not_reported(stand_in_gpu, dispatche
     install_attention("efficient")
     q = torch.randn(1, 2, 8, 64)
     F.scaled_dot_product_attention(q, q, q)
-    assert attention_stats()["reports"] == [] and _warnings(caplog) == []
-    assert attention_stats()["counts"]["(no node)"] == {"EFFICIENT_ATTENTION": 1}
+    assert attention_stats().reports == [] and _warnings(caplog) == []
+    assert attention_stats().counts["(no node)"] == {"EFFICIENT_ATTENTION": 1}
 
 
 def test_auto_reports_nothing(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -87,7 +87,7 @@ def test_auto_reports_nothing(stand_in_gpu, dispatcher, caplog) -> None:  # type
     install_attention("auto")
     q = torch.randn(1, 2, 8, 64)
     F.scaled_dot_product_attention(q, q, q)
-    assert attention_stats()["reports"] == [] and _warnings(caplog) == []
+    assert attention_stats().reports == [] and _warnings(caplog) == []
 
 
 def test_cpu_tensors_are_not_reported(dispatcher, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -96,7 +96,7 @@ def test_cpu_tensors_are_not_reported(dispatcher, caplog, monkeypatch) -> None: 
     install_attention("efficient")
     q = torch.randn(1, 2, 8, 64)
     F.scaled_dot_product_attention(q, q, q)
-    assert attention_stats()["reports"] == [] and _warnings(caplog) == []
+    assert attention_stats().reports == [] and _warnings(caplog) == []
 
 
 def test_unavailable_kernel_reason(stand_in_gpu, dispatcher, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -108,7 +108,7 @@ def test_unavailable_kernel_reason(stand_in_gpu, dispatcher, monkeypatch, caplog
         F.scaled_dot_product_attention(q, q, q)
     (message,) = _warnings(caplog)
     assert "this build or device has no flash kernel; it runs on CUDNN_ATTENTION." in message
-    assert attention_stats()["reports"][0]["reason"] == "unavailable"
+    assert attention_stats().reports[0]["reason"] == "unavailable"
 
 
 def test_exclusive_window_reason(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -157,4 +157,4 @@ def test_a_rebind_does_not_report_again(stand_in_gpu, dispatcher) -> None:  # ty
         with sdpa_window("priority-cudnn"):  # the first window rebinds SDPA with the serialising lock
             pass
         F.scaled_dot_product_attention(q, q, q)
-    assert len(attention_stats()["reports"]) == 1
+    assert len(attention_stats().reports) == 1

@@ -24,7 +24,7 @@ from invokeai.backend.attention.rocm_guard import (
     chunked_math,
     max_fused_head_dim,
 )
-from invokeai.backend.attention.score_matrix import bytes_per_score_element
+from invokeai.backend.attention.memory import bytes_per_score_element
 
 
 def _unchunked(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):  # type: ignore[no-untyped-def]
@@ -106,10 +106,10 @@ def test_a_head_wider_than_the_limit_runs_math_through_aten_without_touching_the
     torch.testing.assert_close(out, expected)
     assert orders_seen == [installed]
     assert serving_kernel(q, q, q).name == "MATH"
-    assert attention_stats()["counts"]["vae_decode"] == {"MATH": 1}
+    assert attention_stats().counts["vae_decode"] == {"MATH": 1}
     narrow = torch.randn(1, 1, 16, 64)
     F.scaled_dot_product_attention(narrow, narrow, narrow)
-    assert attention_stats()["counts"]["(no node)"] == {"FLASH_ATTENTION": 1}
+    assert attention_stats().counts["(no node)"] == {"FLASH_ATTENTION": 1}
 
 
 def test_the_guard_is_reported_when_a_kernel_is_pinned(rocm, stand_in_gpu, dispatcher) -> None:  # type: ignore[no-untyped-def]
@@ -119,7 +119,7 @@ def test_the_guard_is_reported_when_a_kernel_is_pinned(rocm, stand_in_gpu, dispa
     with attention_caller("vae_decode"):
         F.scaled_dot_product_attention(q, q, q)
         F.scaled_dot_product_attention(q, q, q)
-    (entry,) = attention_stats()["reports"]
+    (entry,) = attention_stats().reports
     assert (entry["serving"], entry["reason"]) == ("MATH", "rocm_guard")
     assert "the ROCm wide-head guard sent this call (head_dim 512 > 256) to math" in entry["message"]
 

@@ -72,8 +72,8 @@ def test_sage_serves_an_eligible_call_and_is_counted_as_sage(sage_calls) -> None
     assert sage_calls == [
         {"tensor_layout": "HND", "is_causal": False, "sm_scale": 0.2, "smooth_k": False, "kwargs": {}}
     ]
-    assert attention_stats()["counts"]["krea2_denoise"] == {"sage": 1}
-    assert attention_stats()["sage"] == "1.0.6"
+    assert attention_stats().counts["krea2_denoise"] == {"sage": 1}
+    assert attention_stats().sage == "1.0.6"
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_calls_sage_cannot_take_run_on_autos_order(sage_calls, case: str) -> Non
         kwargs["is_causal"] = True
     F.scaled_dot_product_attention(q, k, v, **kwargs)
     assert sage_calls == []
-    assert "sage" not in attention_stats()["counts"]["(no node)"]
+    assert "sage" not in attention_stats().counts["(no node)"]
 
 
 def test_grouped_query_heads_go_to_a_sage_that_supports_them(stand_in_gpu, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -120,8 +120,8 @@ def test_sage_not_importable_warns_and_uses_autos_order(monkeypatch, caplog) -> 
     monkeypatch.setitem(sys.modules, "sageattention", None)  # import raises ImportError
     install_attention("sage")
     assert any("sageattention is not usable" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
-    assert attention_stats()["sage"] is None
-    assert attention_stats()["order"] == ["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
+    assert attention_stats().sage is None
+    assert attention_stats().order == ["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
     q = torch.randn(1, 2, 16, 8)
     F.scaled_dot_product_attention(q, q, q)
 
@@ -132,7 +132,7 @@ def test_sage_without_the_expected_parameters_is_refused(stand_in_gpu, monkeypat
     module.__version__ = "9.0"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sageattention", module)
     install_attention("sage")
-    assert attention_stats()["sage"] is None
+    assert attention_stats().sage is None
     assert any("no parameter" in r.getMessage() for r in caplog.records)
 
 
@@ -156,9 +156,9 @@ def test_a_sage_failure_at_run_time_switches_it_off_and_the_call_completes(stand
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
     assert len(calls) == 1, "sage must not be tried again after it failed"
     stats = attention_stats()
-    assert stats["sage"] is None
-    assert stats["counts"]["krea2_denoise"] == {"FLASH_ATTENTION": 2}
-    assert [e["event"] for e in stats["events"]] == ["sage_disabled"]
+    assert stats.sage is None
+    assert stats.counts["krea2_denoise"] == {"FLASH_ATTENTION": 2}
+    assert [e["event"] for e in stats.events] == ["sage_disabled"]
     assert any(
         "SageAttention failed in krea2_denoise: triton compilation failed" in r.getMessage() for r in caplog.records
     )

@@ -21,7 +21,7 @@ from invokeai.backend.attention import (
     step_benchmark,
     window_mode_from_env,
 )
-from invokeai.backend.attention.torch_flags import read_flags
+from invokeai.backend.attention.policy import read_flags
 
 
 def test_unset_or_empty_means_the_ranked_list(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -59,9 +59,9 @@ def test_an_exclusive_window_enables_only_its_kernel_and_restores_the_ranked_lis
     before = read_flags()
     with sdpa_window(mode):
         assert read_flags().enabled == {kernel}
-        assert attention_stats()["window"] == mode
+        assert attention_stats().window == mode
     assert read_flags() == before
-    assert attention_stats()["window"] is None
+    assert attention_stats().window is None
 
 
 def test_a_call_the_exclusive_kernel_cannot_serve_raises_visibly() -> None:
@@ -78,7 +78,7 @@ def test_a_completed_exclusive_run_proves_the_kernel_served_it() -> None:
     q = torch.randn(1, 2, 16, 8)
     with sdpa_window("math"), attention_caller("krea2_denoise"):
         F.scaled_dot_product_attention(q, q, q)
-    assert attention_stats()["counts"]["krea2_denoise"] == {"MATH": 1}
+    assert attention_stats().counts["krea2_denoise"] == {"MATH": 1}
 
 
 def test_priority_cudnn_ranks_cudnn_first_then_the_installed_order() -> None:
@@ -114,7 +114,7 @@ def test_a_window_does_not_leak_into_another_threads_calls() -> None:
     thread.join(5)
     assert finished and finished[0] >= closed
     # It ran after the window, on the ranked list: flash, not the window's math.
-    assert attention_stats()["counts"]["other_node"] == {"FLASH_ATTENTION": 1}
+    assert attention_stats().counts["other_node"] == {"FLASH_ATTENTION": 1}
 
 
 def test_windows_do_not_nest_and_need_an_installed_policy() -> None:
@@ -123,7 +123,7 @@ def test_windows_do_not_nest_and_need_an_installed_policy() -> None:
     install_attention("auto")
     with pytest.raises(RuntimeError, match="already open"), sdpa_window("math"), sdpa_window("flash"):
         pass
-    assert attention_stats()["window"] is None
+    assert attention_stats().window is None
 
 
 def test_no_window_mode_is_a_no_op() -> None:

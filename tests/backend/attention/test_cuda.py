@@ -30,7 +30,7 @@ from invokeai.backend.attention import (
     uninstall_attention,
 )
 from invokeai.backend.attention.probe import PROBE_SHAPE, probe_kernels
-from invokeai.backend.attention.score_matrix import ACCELERATOR_BYTES_PER_SCORE_ELEMENT
+from invokeai.backend.attention.memory import ACCELERATOR_BYTES_PER_SCORE_ELEMENT
 from invokeai.backend.attention.testing import pristine_attention
 
 pytestmark = [
@@ -86,7 +86,7 @@ def test_exclusive_cudnn_raises_on_fp32_while_the_ranked_list_completes() -> Non
     assert serving_kernel(q, k, v) == SDPBackend.EFFICIENT_ATTENTION
     out = F.scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(out, _math_reference(q, k, v), atol=1e-3, rtol=1e-3)
-    assert attention_stats()["counts"][NO_NODE] == {"EFFICIENT_ATTENTION": 1}
+    assert attention_stats().counts[NO_NODE] == {"EFFICIENT_ATTENTION": 1}
 
 
 # (b) The startup probe on the real device.
@@ -138,23 +138,23 @@ def test_a_cudnn_failure_on_the_device_demotes_cudnn_once() -> None:
         out = F.scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(out.float(), _math_reference(q, k, v), atol=2e-2, rtol=2e-2)
     stats = attention_stats()
-    assert stats["cudnn_demoted"] is True
+    assert stats.cudnn_demoted is True
     order = torch._C._get_sdp_priority_order()
     assert order.index(int(SDPBackend.EFFICIENT_ATTENTION)) < order.index(CUDNN)
     assert serving_kernel(q, k, v) != SDPBackend.CUDNN_ATTENTION
-    assert [event["error"] for event in stats["events"]] == ["injected cuDNN failure"]
-    assert [report["reason"] for report in stats["reports"]] == ["demoted"]
+    assert [event["error"] for event in stats.events] == ["injected cuDNN failure"]
+    assert [report["reason"] for report in stats.reports] == ["demoted"]
 
     with attention_caller("cuda_node"):
         F.scaled_dot_product_attention(q, k, v)
     assert failing.failures == 1  # the second call did not go near cuDNN
-    assert sum(attention_stats()["counts"]["cuda_node"].values()) == 2
+    assert sum(attention_stats().counts["cuda_node"].values()) == 2
 
 
 # (d) A pinned kernel that cannot serve a call is reported once per node type, with the kernel that served it.
 def test_pinned_flash_with_an_additive_mask_is_reported_once() -> None:
     install_attention("flash")
-    if "FLASH_ATTENTION" in attention_stats()["unavailable"]:
+    if "FLASH_ATTENTION" in attention_stats().unavailable:
         pytest.skip("this build or device has no flash kernel: the report's reason would be 'unavailable'")
     q, k, v = _qkv(heads=8, length=256, head_dim=64, dtype=torch.bfloat16)
     mask = torch.zeros(1, 1, 1, 256, device="cuda", dtype=torch.bfloat16)
@@ -166,14 +166,14 @@ def test_pinned_flash_with_an_additive_mask_is_reported_once() -> None:
 
     torch.testing.assert_close(first.float(), _math_reference(q, k, v, mask), atol=2e-2, rtol=2e-2)
     stats = attention_stats()
-    assert len(stats["reports"]) == 1
-    report = stats["reports"][0]
+    assert len(stats.reports) == 1
+    report = stats.reports[0]
     assert report["node_type"] == "cuda_node"
     assert report["pinned"] == "FLASH_ATTENTION"
     assert report["serving"] != "FLASH_ATTENTION"
     assert report["reason"] == "cannot_serve"
     assert "cannot serve" in report["message"]
-    assert stats["counts"]["cuda_node"] == {report["serving"]: 2}
+    assert stats.counts["cuda_node"] == {report["serving"]: 2}
 
 
 # (e) Pricing follows PyTorch's real dispatcher on the device.

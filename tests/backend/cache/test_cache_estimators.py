@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from invokeai.backend.attention import install_attention, uninstall_attention
-from invokeai.backend.attention.score_matrix import bytes_per_score_element, causal_mask_bytes
+from invokeai.backend.attention.memory import bytes_per_score_element, causal_mask_bytes
 from invokeai.backend.cache.estimate import AttentionCall
 from invokeai.backend.cache.working_memory import (
     ESTIMATORS,

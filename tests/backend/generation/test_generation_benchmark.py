@@ -62,7 +62,7 @@ def test_the_smoke_run_covers_every_mode(
     for mode in ("efficient", "cudnn"):
         assert results[mode]["error"] and results[mode]["step_seconds"] == []
     assert os.environ[WINDOW_ENV] == "flash"
-    assert not attention_stats()["installed"] and F.scaled_dot_product_attention is original_sdpa
+    assert not attention_stats().installed and F.scaled_dot_product_attention is original_sdpa
 
 
 def test_the_transformer_is_built_without_initialising_on_another_device(bench: ModuleType) -> None:

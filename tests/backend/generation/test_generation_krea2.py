@@ -22,7 +22,7 @@ from invokeai.backend.attention import (
     install_attention,
 )
 from invokeai.backend.attention.testing import pristine_attention
-from invokeai.backend.attention.torch_flags import read_flags
+from invokeai.backend.attention.policy import read_flags
 from invokeai.backend.generation import krea2
 from invokeai.backend.generation.krea2_attention import EXPANDED, Krea2GroupedQueryAttnProcessor
 from invokeai.backend.models import krea2 as krea2_family
@@ -237,18 +237,18 @@ def test_the_math_window_serves_every_transformer_call_on_math(
     latents = _denoise(krea2_model, "a red cat", 4.5)
     assert torch.isfinite(latents).all()
     # 4 steps x 2 guidance calls x (2 layer-wise + 2 refiner text blocks + 2 main blocks), all on math.
-    assert attention_stats()["counts"]["krea2_denoise"] == {"MATH": STEPS * 2 * 6}
+    assert attention_stats().counts["krea2_denoise"] == {"MATH": STEPS * 2 * 6}
     # Grouped heads only on a fused kernel: under math every grouped-query call was expanded.
     policy = krea2_model["transformer"].transformer_blocks[0].attn.processor.policy
     assert set(policy.decisions.values()) == {EXPANDED}
-    assert read_flags() == before and attention_stats()["window"] is None
+    assert read_flags() == before and attention_stats().window is None
 
 
 def test_without_the_variable_no_window_is_opened(krea2_model: dict[str, Any]) -> None:
     install_attention("auto")
     _denoise(krea2_model, "a red cat", 0.0)
     # The CPU's own choice (flash) served everything: nothing was forced onto math.
-    assert "MATH" not in attention_stats()["counts"]["krea2_denoise"]
+    assert "MATH" not in attention_stats().counts["krea2_denoise"]
 
 
 def test_an_invalid_value_raises_naming_the_valid_ones(

@@ -19,7 +19,7 @@ from diffusers.models.transformers.transformer_krea2 import Krea2Attention, Krea
 from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention import devices, install_attention, sdpa_window, uninstall_attention
-from invokeai.backend.attention.torch_flags import apply_flags, read_flags
+from invokeai.backend.attention.policy import apply_flags, read_flags
 from invokeai.backend.generation.krea2_attention import (
     EXPANDED,
     GROUPED,

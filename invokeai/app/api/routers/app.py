@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from invokeai.app.api.dependencies import Config
 from invokeai.app.config.describe import secret_settings, startup_only_settings
 from invokeai.app.version import app_version
-from invokeai.backend.attention import attention_stats
+from invokeai.backend.attention import AttentionStats, attention_stats
 
 router = APIRouter(prefix="/app", tags=["app"])
 
@@ -27,19 +27,6 @@ class AppConfig(BaseModel):
         "secret ones (api_token)."
     )
     startup_only: list[str] = Field(description="The settings that take effect only at the next start.")
-
-
-class AttentionStats(BaseModel):
-    """The attention package's own report (invokeai.backend.attention.attention_stats); docs/attention.md."""
-
-    model_config = ConfigDict(extra="allow")
-
-    setting: str | None = Field(description="The attention_backend setting in force (null before the install).")
-    installed: bool = Field(description="Whether the kernel order is installed in this process.")
-    order: list[str] = Field(description="The installed kernel order, first choice first.")
-    probe: dict[str, Any] | None = Field(description="What the startup probe found on the device.")
-    reports: list[dict[str, str]] = Field(description="Calls the first-choice kernel could not serve, and why.")
-    counts: dict[str, dict[str, int]] = Field(description="Attention calls per node type and serving kernel.")
 
 
 @router.get("/version", operation_id="app_version")
@@ -59,4 +46,5 @@ def get_config(config: Config) -> AppConfig:
 
 @router.get("/attention", operation_id="app_attention")
 def get_attention() -> AttentionStats:
-    return AttentionStats.model_validate(attention_stats())
+    """The attention package's record, field for field (docs/attention.md)."""
+    return attention_stats()

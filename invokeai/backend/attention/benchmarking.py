@@ -1,0 +1,156 @@
+"""Benchmarking tools, not part of the generic face: a window over PyTorch's kernel flags for one generation, and
+a per-step timer for a denoise loop. A model family that offers them decides when (Krea-2 reads
+INVOKE_KREA2_SDPA_BACKEND once per generation).
+
+A window's exclusive modes (`cudnn | efficient | flash | math`) make that kernel the only one, so a call it cannot
+serve raises "No available kernel" and a completed run proves the kernel served it; `priority-cudnn` ranks cuDNN
+first, then the installed order. PyTorch's kernel flags are process-global, so a window holds the attention lock
+for its whole duration, and from the first window on every attention call of every thread takes that lock: calls
+of different threads run one at a time for the rest of the process. Opening the first window waits for the calls
+already running without the lock, so none of them runs under the window's flags.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend
+
+from invokeai.backend.attention.policy import Window
+from invokeai.backend.attention.state import STATE, AttentionState
+
+logger = logging.getLogger(__name__)
+
+WINDOW_MODES: dict[str, tuple[SDPBackend, bool]] = {
+    "cudnn": (SDPBackend.CUDNN_ATTENTION, True),
+    "efficient": (SDPBackend.EFFICIENT_ATTENTION, True),
+    "flash": (SDPBackend.FLASH_ATTENTION, True),
+    "math": (SDPBackend.MATH, True),
+    "priority-cudnn": (SDPBackend.CUDNN_ATTENTION, False),
+}
+
+
+def _wait_for_unlocked_calls(state: AttentionState) -> None:
+    """Wait until no other thread is inside the patched SDPA. Called once `serialize` is set, so a thread that
+    enters from now on takes the lock; one already inside (past that check, or about to take the lock) finishes
+    under the flags it started with. Reading the threads' frames costs the hot path nothing."""
+    assert state.public is not None
+    code = state.public.__code__
+    me = threading.get_ident()
+    while True:
+        busy = False
+        for ident, frame in sys._current_frames().items():
+            while ident != me and frame is not None and not busy:
+                busy = frame.f_code is code
+                frame = frame.f_back
+        if not busy:
+            return
+        time.sleep(0.001)
+
+
+@contextmanager
+def sdpa_window(mode: str | None, source: str = "benchmarking") -> Iterator[Window | None]:
+    """Apply a window mode for the block (None: no window). `source` names what asked for it in reports, e.g.
+    "INVOKE_KREA2_SDPA_BACKEND=cudnn"."""
+    if mode is None:
+        yield None
+        return
+    if mode not in WINDOW_MODES:
+        raise ValueError(f"benchmarking window mode {mode!r} is not valid; valid values: {', '.join(WINDOW_MODES)}")
+    state = STATE
+    if not state.installed:
+        raise RuntimeError(f"the {source} window needs the attention policy installed first (install_attention)")
+    with state.lock:
+        if state.window is not None:
+            raise RuntimeError(f"a benchmarking window ({state.window.source}) is already open")
+        first = not state.serialize
+        state.serialize = True
+    if first:
+        _wait_for_unlocked_calls(state)
+    kernel, exclusive = WINDOW_MODES[mode]
+    with state.lock:
+        if state.window is not None:
+            raise RuntimeError(f"a benchmarking window ({state.window.source}) is already open")
+        installation = state.installation
+        state.window = Window(mode, kernel, exclusive, source)
+        state.apply()
+        try:
+            yield state.window
+        finally:
+            # An uninstall (or a re-install) inside the window has put its own flags in place: keep them.
+            if state.installation == installation:
+                state.window = None
+                state.apply()
+
+
+class StepBenchmark:
+    """Per-step timing of a denoise loop on CUDA. Each step is bracketed by `torch.cuda.synchronize()`, which
+    serialises the loop: only build one when asked. The peak-memory counter is reset right before the loop so the
+    figure is the loop's, not the model load's; the first step is reported apart because it absorbs kernel
+    selection and allocator warm-up."""
+
+    def __init__(self, device: torch.device, mode: str, label: str) -> None:
+        self.device = device
+        self.mode = mode
+        self.label = label
+        self.step_seconds: list[float] = []
+
+    def _synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def _peak_memory_bytes(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def start(self) -> None:
+        """Call immediately before the denoise loop."""
+        self._synchronize()
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        self._synchronize()
+        started = time.perf_counter()
+        yield
+        self._synchronize()
+        self.step_seconds.append(time.perf_counter() - started)
+
+    def summary(self) -> dict[str, Any]:
+        rest = self.step_seconds[1:]
+        return {
+            "label": self.label,
+            "mode": self.mode,
+            "steps": len(self.step_seconds),
+            "first_step_ms": round(self.step_seconds[0] * 1000, 3) if self.step_seconds else None,
+            "median_step_ms": round(statistics.median(rest) * 1000, 3) if rest else None,
+            "peak_memory_bytes": self._peak_memory_bytes(),
+        }
+
+    def log(self) -> dict[str, Any]:
+        summary = self.summary()
+        logger.info(
+            "%s %s: %d steps, first step %s ms, median of the rest %s ms, peak %.1f MiB",
+            self.label,
+            self.mode,
+            summary["steps"],
+            summary["first_step_ms"],
+            summary["median_step_ms"],
+            summary["peak_memory_bytes"] / 2**20,
+        )
+        return summary
+
+
+def step_benchmark(device: torch.device | str, mode: str | None, label: str) -> StepBenchmark | None:
+    """A StepBenchmark when a benchmarking mode is set and the device is CUDA; None otherwise (the default path
+    never reaches the synchronizing timer)."""
+    device = torch.device(device)
+    if mode is None or device.type != "cuda":
+        return None
+    return StepBenchmark(device, mode, label)

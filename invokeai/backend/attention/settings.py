@@ -1,0 +1,18 @@
+"""The values of the `attention_backend` setting.
+
+Torch-free, so that the configuration can validate the setting (and `invokeai-web --help` can list it) without
+importing torch; the package's face imports this module eagerly and everything else on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+AttentionSetting = Literal["auto", "sage", "cudnn", "flash", "efficient", "math"]
+ATTENTION_SETTINGS: tuple[str, ...] = get_args(AttentionSetting)
+
+
+def check_setting(setting: str) -> str:
+    if setting not in ATTENTION_SETTINGS:
+        raise ValueError(f"attention_backend {setting!r} is not valid; valid values: {', '.join(ATTENTION_SETTINGS)}")
+    return setting
