@@ -1,7 +1,8 @@
-"""GET /api/v1/app/version and /api/v1/app/config, in process."""
+"""GET /api/v1/app/version, /api/v1/app/config and /api/v1/app/attention, in process."""
 
 from __future__ import annotations
 
+import dataclasses
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
 from pathlib import Path
@@ -16,7 +17,9 @@ from invokeai.app.api.app_factory import create_app
 from invokeai.app.api.routers import app as app_router
 from invokeai.app.config import CliArgs, load_config
 from invokeai.app.config.describe import SETTINGS
-from invokeai.backend.attention import attention_stats
+from invokeai.backend.attention import AttentionStats, attention_stats
+from invokeai.backend.attention.probe import KernelProbe
+from invokeai.backend.attention.stats import AttentionEvent, AttentionReport
 
 
 @pytest.fixture
@@ -66,21 +69,61 @@ def test_openapi_lists_the_app_routes(client: TestClient) -> None:
     assert {"/api/v1/app/version", "/api/v1/app/config"} <= set(paths)
 
 
-def test_attention_answers_the_attention_packages_stats(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    stats = {
-        "setting": "flash",
-        "installed": True,
-        "order": ["FLASH_ATTENTION", "MATH"],
-        "probe": {"device": "cpu"},
-        "reports": [{"node": "sd1_denoise", "kernel": "MATH", "reason": "mask"}],
-        "counts": {"sd1_denoise": {"MATH": 3}},
-        "window": None,  # keys the model does not name pass through as they are
-    }
-    monkeypatch.setattr(app_router, "attention_stats", lambda: stats)
+def test_attention_answers_the_attention_packages_record(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = AttentionStats(
+        setting="flash",
+        installed=True,
+        device="cuda:0",
+        order=["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"],
+        torch_priority_order=["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "OVERRIDEABLE"],
+        layers=["cudnn_fallback", "report"],
+        cudnn_demoted=False,
+        window=None,
+        probe=KernelProbe(
+            device="cuda:0 (GPU)",
+            torch="2.13.0",
+            shape=[1, 24, 1024, 128],
+            dtype="bfloat16",
+            mask="no mask",
+            flash=False,
+            cudnn=True,
+            efficient=True,
+            sage=False,
+        ),
+        unavailable=["FLASH_ATTENTION"],
+        sage=None,
+        reports=[
+            AttentionReport(
+                node_type="sd1_denoise",
+                pinned="FLASH_ATTENTION",
+                serving="CUDNN_ATTENTION",
+                reason="unavailable",
+                message="attention_backend 'flash' is not possible ...",
+            )
+        ],
+        events=[AttentionEvent(event="cudnn_demoted", node_type="sd1_denoise", error="CUDNN_STATUS_BAD_PARAM")],
+        counts={"sd1_denoise": {"CUDNN_ATTENTION": 3}},
+    )
+    monkeypatch.setattr(app_router, "attention_stats", lambda: record)
     response = client.get("/api/v1/app/attention")
     assert response.status_code == 200
-    assert response.json() == stats
+    assert response.json() == dataclasses.asdict(record)
 
 
 def test_attention_answers_the_real_stats(client: TestClient) -> None:
     assert client.get("/api/v1/app/attention").json() == jsonable_encoder(attention_stats())
+
+
+def test_the_attention_schema_is_the_record_field_for_field(client: TestClient) -> None:
+    """No open maps where the record has fields: the schema names exactly the record's fields, each described,
+    with probe, reports and events typed as records of their own."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for record in (AttentionStats, KernelProbe, AttentionReport, AttentionEvent):
+        schema = schemas[record.__name__]
+        assert sorted(schema["properties"]) == sorted(f.name for f in dataclasses.fields(record))
+        assert schema.get("additionalProperties") in (None, False)
+        assert all(prop.get("description") for prop in schema["properties"].values()), record.__name__
+    stats = schemas["AttentionStats"]["properties"]
+    assert stats["reports"]["items"] == {"$ref": "#/components/schemas/AttentionReport"}
+    assert stats["events"]["items"] == {"$ref": "#/components/schemas/AttentionEvent"}
+    assert {"$ref": "#/components/schemas/KernelProbe"} in stats["probe"]["anyOf"]

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -38,22 +39,38 @@ WINDOW_MODES: dict[str, tuple[SDPBackend, bool]] = {
 }
 
 
-def _wait_for_unlocked_calls(state: AttentionState) -> None:
-    """Wait until no other thread is inside the patched SDPA. Called once `serialize` is set, so a thread that
-    enters from now on takes the lock; one already inside (past that check, or about to take the lock) finishes
-    under the flags it started with. Reading the threads' frames costs the hot path nothing."""
-    assert state.public is not None
-    code = state.public.__code__
+def _outermost_frames(code: CodeType) -> dict[int, FrameType]:
+    """Each other thread's outermost frame running `code` (a TorchFunctionMode's callback nests one call in
+    another), by thread id."""
     me = threading.get_ident()
-    while True:
-        busy = False
-        for ident, frame in sys._current_frames().items():
-            while ident != me and frame is not None and not busy:
-                busy = frame.f_code is code
-                frame = frame.f_back
-        if not busy:
-            return
+    found: dict[int, FrameType] = {}
+    for ident, frame in sys._current_frames().items():
+        walk: FrameType | None = frame
+        while ident != me and walk is not None:
+            if walk.f_code is code:
+                found[ident] = walk
+            walk = walk.f_back
+    return found
+
+
+def _wait_for_unlocked_calls(state: AttentionState) -> None:
+    """Wait until the calls other threads are making now have returned. Called once `serialize` is set, so a call
+    that starts from now on takes the lock (and waits for the window); one already inside (past that check) finishes
+    under the flags it started with. Only the calls in flight now are waited for: calls that keep coming take the
+    lock in turn, and waiting for a moment with none inside could wait for ever. Reading the threads' frames costs
+    the hot path nothing."""
+    assert state.public is not None
+    in_flight = _outermost_frames(state.public.__code__)
+    while in_flight:
         time.sleep(0.001)
+        stacks = sys._current_frames()
+        for ident, outer in list(in_flight.items()):
+            # The frame object stays alive while it is held here, so `is` cannot match a later call's frame.
+            walk: FrameType | None = stacks.get(ident)
+            while walk is not None and walk is not outer:
+                walk = walk.f_back
+            if walk is None:
+                del in_flight[ident]
 
 
 @contextmanager

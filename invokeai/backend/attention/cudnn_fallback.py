@@ -10,8 +10,10 @@ to catch, so the rebuilt SDPA no longer has it, and a second failure cannot recu
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from invokeai.backend import devices
 from invokeai.backend.attention import stats
@@ -32,9 +34,18 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
-def demote_cudnn(state: AttentionState, error: RuntimeError, rebuild: Rebuild) -> Call:
-    """Rank cuDNN behind math for the rest of the process, once; returns the SDPA to retry with."""
+def demote_cudnn(
+    state: AttentionState, error: RuntimeError, rebuild: Rebuild, installation: int
+) -> Callable[..., torch.Tensor]:
+    """Rank cuDNN behind math for the rest of the process, once; returns the SDPA to retry with.
+
+    `installation` is the install the failed call ran under. If it was uninstalled (or replaced) while the call
+    ran, its order is not there to demote, and rebuilding would put a patched SDPA back after an exact undo: the
+    call is retried on whatever SDPA is in place now.
+    """
     with state.lock:
+        if state.installation != installation:
+            return F.scaled_dot_product_attention
         if not state.cudnn_demoted:
             state.cudnn_demoted = True
             state.order = demoted_order(state.order)
@@ -58,6 +69,8 @@ class CudnnFallback(Layer):
         return devices.has_cuda() and not state.cudnn_demoted
 
     def wrap(self, state: AttentionState, inner: Call, rebuild: Rebuild) -> Call:
+        installation = state.installation
+
         def fallback(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
             if route != CUDNN:
                 return inner(route, q, k, v, m, d, c, s, g)
@@ -67,7 +80,7 @@ class CudnnFallback(Layer):
                 # An exclusive window exists to prove cuDNN served the run: it must fail visibly, not fall back.
                 if is_out_of_memory(error) or (state.window is not None and state.window.exclusive):
                     raise
-                retry = demote_cudnn(state, error, rebuild)
+                retry = demote_cudnn(state, error, rebuild, installation)
             return retry(q, k, v, m, d, c, scale=s, enable_gqa=g)
 
         return fallback

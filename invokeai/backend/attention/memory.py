@@ -10,9 +10,11 @@ Bytes per score element are upper bounds of what `scripts/calibrate_sdpa_math_me
 project's CI machine (torch 2.13.0, peak-RSS growth per score element, maxima over 8-head calls with no, additive
 and causal masks and a one-head 512-wide VAE-like call): float32 9.9, bfloat16 11.4, float16 11.4, each rounded up
 plus one byte of margin. A causal call also builds its mask once, shared by the heads (`causal_mask_bytes`), and
-math works on copies of its operands (`operand_bytes`), which short calls with wide heads are made of more than of
-scores. Accelerator figures are the upper bound measured on CUDA and ROCm in the design discussion (~17 bytes per
-element), used until the calibration is run on a GPU.
+math works on copies of its operands and writes its result (`operand_bytes`), which short calls with wide heads are
+made of more than of scores: a text encoder's [32 query / 8 key-value heads, 77x77, head_dim 128] fp32 call grows
+by about 6.5 MiB, of which its scores are 0.7 MiB. The script sets every price against its measured growth: on the
+CPU 1.1-1.35 times it for 77-token calls, 1.24-1.46 for long ones. Accelerator figures are the upper bound measured
+on CUDA and ROCm in the design discussion (~17 bytes per element), used until the calibration is run on a GPU.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ CPU_BYTES_PER_SCORE_ELEMENT: dict[torch.dtype, int] = {
 }
 ACCELERATOR_BYTES_PER_SCORE_ELEMENT = 17
 _PROBE_LEN = 64
+_UPCAST = (torch.float16, torch.bfloat16)
 _MATERIALISING = ("MATH", ERROR)
 
 
@@ -78,13 +81,23 @@ class PricedCall:
         return full
 
     def operand_bytes(self) -> int:
-        """Math's copies of its operands: the scaled query and key and, for grouped-query heads, the key and
-        value repeated up to the query heads. The CPU computes 16-bit inputs in fp32."""
-        itemsize = max(self.dtype.itemsize, 4) if self.device.type == "cpu" else self.dtype.itemsize
-        elements = self.num_heads * (self.query_len + self.key_len) * self.head_dim
+        """Math's tensors other than the scores, which short calls with wide heads are made of more than of scores:
+        the scaled query and key; for grouped-query calls the key and value repeated up to the query heads; the
+        result; and, where math computes 16-bit inputs in fp32 (PyTorch's default on every device, unless
+        `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp` is set), the fp32 copies of q, k and v and the
+        result cast back. The result is counted as well, so that the price bounds the growth the calibration
+        measures (`scripts/calibrate_sdpa_math_memory.py`), which includes it."""
+        upcast = self.dtype in _UPCAST and not torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+        compute = 4 if upcast else self.dtype.itemsize
+        query = self.num_heads * self.query_len * self.head_dim
+        key = self.num_heads * self.key_len * self.head_dim  # a key or value at the query heads
+        elements = 2 * query + key  # scaled query, result, scaled key
         if self.grouped:
-            elements += 2 * self.num_heads * self.key_len * self.head_dim
-        return elements * itemsize
+            elements += 2 * key
+        total = elements * compute
+        if upcast:
+            total += (query + 2 * self.kv_heads * self.key_len * self.head_dim) * compute + query * self.dtype.itemsize
+        return total
 
     def math_bytes(self) -> int:
         return self.scores_bytes() + self.operand_bytes()
@@ -130,10 +143,10 @@ def sdpa_score_matrix_bytes(
     has_attn_mask: bool = False,
     is_causal: bool = False,
 ) -> int:
-    """Bytes one call materialises beyond its inputs and output: 0 on a fused kernel or Sage; on math the score
-    matrix (heads x query_len x key_len x bytes per element, plus the causal mask for causal calls) and math's
-    copies of its operands (grouped-query key and value repeated up to the query heads), with the scores capped per
-    chunk where the ROCm guard chunks. Pass batch x heads as `num_heads`, and batch x key-value heads as
+    """Bytes one call materialises beyond its inputs: 0 on a fused kernel or Sage; on math the score matrix
+    (heads x query_len x key_len x bytes per element, plus the causal mask for causal calls), math's copies of its
+    operands (grouped-query key and value repeated up to the query heads) and its result, with the scores capped
+    per chunk where the ROCm guard chunks. Pass batch x heads as `num_heads`, and batch x key-value heads as
     `kv_heads` for grouped-query calls (None: as many as `num_heads`).
 
     MPS, and any failure of the probe, count as materialising: the conservative answer.

@@ -8,13 +8,13 @@ compiled graphs keep it in one piece (no graph break) and dispatch it under the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_variadic
 
-from invokeai.backend.attention import stats
-from invokeai.backend.attention.caller import current_node_type
+from invokeai.backend.attention.caller import current_tally
 from invokeai.backend.attention.layer import Call
 from invokeai.backend.attention.routing import ERROR, Router
 from invokeai.backend.attention.state import AttentionState
@@ -22,9 +22,8 @@ from invokeai.backend.attention.state import AttentionState
 
 def sdpa_call(original: Callable[..., torch.Tensor]) -> Call:
     """The innermost layer: PyTorch's SDPA with the arguments the caller gave, then the count."""
-    local = stats.thread_local
-    new_counts = stats.counts_for_this_thread
-    node_type = current_node_type
+    tally = current_tally
+    counter = itertools.count
 
     def sdpa(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
         # Parsing explicit defaults costs the C binding ~0.3 us, so a call that left them out passes only the
@@ -41,12 +40,8 @@ def sdpa_call(original: Callable[..., torch.Tensor]) -> Call:
         else:
             out = original(q, k, v, attn_mask=m, dropout_p=d, is_causal=c, scale=s, enable_gqa=g)
         # stats.count, inlined: this is the hottest line of the server.
-        try:
-            counts = local.counts
-        except AttributeError:
-            counts = new_counts()
-        key = (node_type(), route)
-        counts[key] = counts.get(key, 0) + 1
+        calls = tally()
+        next(calls.get(route) or calls.setdefault(route, counter()))
         return out
 
     return sdpa
@@ -57,7 +52,9 @@ def public_function(
 ) -> Callable[..., torch.Tensor]:
     """A function with SDPA's exact signature (scale and enable_gqa are keyword-only, as in PyTorch)."""
     lock = state.lock
-    is_compiling = torch.compiler.is_compiling
+    # Not torch.compiler.is_compiling (two Python calls): Dynamo folds this one to True while it traces, and in
+    # eager it is a function returning False.
+    is_compiling = torch.compiler.is_dynamo_compiling
 
     def scaled_dot_product_attention(
         query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False

@@ -24,11 +24,15 @@ _PROBED = {
 }
 
 
+# The records' attribute docstrings are their field descriptions when the API serves them (see stats.py).
+_DESCRIBED = {"use_attribute_docstrings": True}
+
+
 @dataclass(frozen=True)
 class KernelProbe:
     """What PyTorch said at startup about the fused kernels for one call shape on the device."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = _DESCRIBED
 
     device: str
     """The device and its name, e.g. "cuda:0 (NVIDIA H200)"."""

@@ -88,11 +88,14 @@ class Report(Layer):
         handled: set[tuple[str, Route, int]] = set()
         lock = threading.Lock()
 
+        is_reported = devices.is_reported_tensor  # bound once: the hot path of every pinned call
+        node_type = current_node_type
+
         def report(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
             out = inner(route, q, k, v, m, d, c, s, g)
-            if route == pinned or route == ERROR or not devices.is_reported_tensor(q):
+            if route == pinned or route == ERROR or not is_reported(q):
                 return out
-            handled_key = (current_node_type(), route, state.version)
+            handled_key = (node_type(), route, state.version)
             if handled_key in handled:
                 return out
             served = route_name(route)

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import torch
 
-from invokeai.backend import devices
 from invokeai.backend.attention import stats
 from invokeai.backend.attention.layer import Call, Claim, Layer, Rebuild, Route
 from invokeai.backend.attention.memory import PricedCall, bytes_per_score_element, score_matrix_bytes
@@ -69,7 +68,8 @@ def _math(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tenso
 
 
 def _slice_heads(tensor: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
-    if tensor is None or tensor.dim() < 4 or tensor.shape[-3] == 1:
+    # A mask broadcasts from the right, so a 3-D one's first dimension is the heads too.
+    if tensor is None or tensor.dim() < 3 or tensor.shape[-3] == 1:
         return tensor
     return tensor[..., start:stop, :, :]
 
@@ -186,4 +186,3 @@ class RocmGuard(Layer):
         if call.head_dim > state.rocm_max_head_dim:
             return call.chunked_math_bytes(MATH_CHUNK_BYTES)
         return call.chunked_math_bytes(MATH_CHUNK_BYTES) if inner() else 0
-

@@ -6,10 +6,9 @@ so what is counted, reported and priced is what runs.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
-
-import sys
 
 import torch
 from torch.nn.attention import SDPBackend

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from invokeai.backend import devices
 from invokeai.backend.attention import stats
@@ -118,9 +119,17 @@ def load_sage() -> SageKernel | None:
         return None
 
 
-def give_up_sage(state: AttentionState, error: Exception, rebuild: Rebuild) -> Callable[..., torch.Tensor]:
-    """Sage failed at run time: auto's order serves every call from now on. Returns the SDPA to retry with."""
+def give_up_sage(
+    state: AttentionState, error: Exception, rebuild: Rebuild, installation: int
+) -> Callable[..., torch.Tensor]:
+    """Sage failed at run time: auto's order serves every call from now on. Returns the SDPA to retry with.
+
+    `installation` is the install the failed call ran under: if it is gone (uninstalled or replaced while the call
+    ran), rebuilding would put a patched SDPA back after an exact undo, so the call is retried on whatever SDPA is
+    in place now."""
     with state.lock:
+        if state.installation != installation:
+            return F.scaled_dot_product_attention
         if state.sage is not None:
             first_line = stats.record_event("sage_disabled", error)
             logger.warning(
@@ -153,6 +162,7 @@ class Sage(Layer):
     def wrap(self, state: AttentionState, inner: Call, rebuild: Rebuild) -> Call:
         sage = state.sage
         count = stats.count
+        installation = state.installation
 
         def sage_call(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
             if route is not SAGE:
@@ -162,7 +172,7 @@ class Sage(Layer):
             except Exception as error:
                 if is_out_of_memory(error):
                     raise
-                retry = give_up_sage(state, error, rebuild)
+                retry = give_up_sage(state, error, rebuild, installation)
             else:
                 count(SAGE)
                 return out

@@ -1,6 +1,6 @@
 """What the attention package tells: per-call counts, the reports and events so far, and `attention_stats()`.
 
-Counters live in one dict per thread, so that counting needs no lock on the hot path; `attention_stats` sums them.
+Calls are counted in the running node type's tally (`caller`), without a lock; `attention_stats` reads them.
 The records are plain dataclasses (this package needs torch alone); their attribute docstrings are their field
 descriptions, which pydantic reads when the API serves them (`__pydantic_config__`), so the REST schema is this
 record, field for field.
@@ -8,14 +8,14 @@ record, field for field.
 
 from __future__ import annotations
 
-import threading
+import itertools
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch.nn.attention import SDPBackend
 
-from invokeai.backend.attention.caller import current_node_type
+from invokeai.backend.attention.caller import calls_counted, current_node_type, current_tally, tallies
 from invokeai.backend.attention.layer import Route
 from invokeai.backend.attention.probe import KernelProbe
 from invokeai.backend.attention.routing import route_name
@@ -95,44 +95,26 @@ class AttentionStats:
     """Completed attention calls: {node type: {serving kernel: calls}}; kernels are PyTorch's names, or sage."""
 
 
-thread_local = threading.local()
-_thread_counts: list[dict[tuple[str, Route], int]] = []
-_registry_lock = threading.Lock()
-
 reports: list[AttentionReport] = []
 # (node type, pinned, serving route, reason) already reported in this installation.
 reported_keys: set[tuple[str, str, str, str]] = set()
 events: list[AttentionEvent] = []
 
 
-def counts_for_this_thread() -> dict[tuple[str, Route], int]:
-    counts: dict[tuple[str, Route], int] = {}
-    with _registry_lock:
-        _thread_counts.append(counts)
-    thread_local.counts = counts
-    return counts
-
-
 def count(route: Route) -> None:
     """Count one completed call under (current node type, the kernel that served it)."""
-    try:
-        counts = thread_local.counts
-    except AttributeError:
-        counts = counts_for_this_thread()
-    key = (current_node_type(), route)
-    counts[key] = counts.get(key, 0) + 1
+    tally = current_tally()
+    next(tally.get(route) or tally.setdefault(route, itertools.count()))
 
 
 def call_counts() -> dict[str, dict[str, int]]:
-    """{node type: {serving kernel: calls}}."""
+    """{node type: {serving kernel: calls}}, for the node types that made calls."""
     merged: dict[str, dict[str, int]] = {}
-    with _registry_lock:
-        snapshot = [dict(counts) for counts in _thread_counts]
-    for counts in snapshot:
-        for (node, route), calls in counts.items():
+    for node, tally in tallies().items():
+        for route, counter in list(tally.items()):
             per_node = merged.setdefault(node, {})
             name = route_name(route)
-            per_node[name] = per_node.get(name, 0) + calls
+            per_node[name] = per_node.get(name, 0) + calls_counted(counter)
     return merged
 
 
@@ -145,9 +127,8 @@ def record_event(event: EventName, error: BaseException) -> str:
 
 
 def reset() -> None:
-    with _registry_lock:
-        for counts in _thread_counts:
-            counts.clear()
+    for tally in tallies().values():
+        tally.clear()
     reports.clear()
     reported_keys.clear()
     events.clear()

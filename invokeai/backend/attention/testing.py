@@ -6,6 +6,9 @@ that needs "what a GPU's dispatcher would say" replaces `invokeai.backend.device
 answers with the first enabled kernel that can serve the call, by the rules it was given (a kernel name for "any
 call", or a predicate over the call's arguments, which is how a test states a GPU rule such as "flash takes no
 mask"). Where the CPU's own dispatcher can answer, tests ask it too.
+
+Like PyTorch's query, the stand-in refuses arguments of the wrong type (`is_causal=0`, `dropout_p=None`), so that
+the patch routes such a call to ERROR and the real call raises PyTorch's own TypeError, as it does on a GPU.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from numbers import Real
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +43,19 @@ class DispatchedCall:
 Rule = Callable[[DispatchedCall], bool]
 
 
+def _check_arguments(dropout_p: object, is_causal: object, scale: object, enable_gqa: object) -> None:
+    """PyTorch's binding takes only a bool for a bool argument, and a number (or a one-element tensor) for a float."""
+    for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+        if flag.__class__ is not bool:
+            raise TypeError(f"_fused_sdp_choice(): argument '{name}' must be bool, not {type(flag).__name__}")
+    for name, number in (("dropout_p", dropout_p), ("scale", scale)):
+        if name == "scale" and number is None:
+            continue
+        if isinstance(number, Real) or (isinstance(number, torch.Tensor) and number.numel() == 1):
+            continue
+        raise TypeError(f"_fused_sdp_choice(): argument '{name}' must be float, not {type(number).__name__}")
+
+
 class StandInDispatcher:
     """`torch._fused_sdp_choice` as CUDA would answer it, for a device whose kernels serve what `can_serve` says:
     an iterable of kernel names (each serves any call) or a mapping of kernel name to a rule over the call."""
@@ -60,6 +77,7 @@ class StandInDispatcher:
         call = DispatchedCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         self.calls += 1
         self.last = call
+        _check_arguments(dropout_p, is_causal, scale, enable_gqa)
         flags = read_flags()
         for value_ in flags.order:
             kernel = SDPBackend(value_)

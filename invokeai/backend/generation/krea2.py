@@ -47,6 +47,7 @@ def window_mode_from_env() -> str | None:
         )
     return raw
 
+
 # The Qwen-Image chat template Krea-2 was trained with. The prompt is padded to a fixed length *inside* the
 # template, the assistant suffix follows the padding, and the system prefix is cut from the encoder output.
 PROMPT_PREFIX = (

@@ -1,8 +1,9 @@
 """Fixtures for the attention tests: a clean process state per test, and the CPU as a stand-in GPU.
 
 PyTorch's CPU backend ignores the kernel order and has neither cuDNN nor memory-efficient attention, so tests that
-exercise reports, demotion or sage inject the two things a GPU would supply: which tensors count as on a reported
-device, and the dispatcher's answers (`invokeai.backend.attention.testing.StandInDispatcher`), through the seams of `invokeai.backend.devices`.
+exercise reports, demotion or sage inject the two things a GPU would supply, through the seams of
+`invokeai.backend.devices`: which tensors count as on a reported device, and the dispatcher's answers
+(`invokeai.backend.attention.testing.StandInDispatcher`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend as B
 
+import invokeai.backend.attention.install as install_module
+from invokeai.backend import devices
 from invokeai.backend.attention import (
     ATTENTION_SETTINGS,
     attention_stats,
@@ -190,6 +192,59 @@ def test_stats_report_setting_and_installed_order() -> None:
     assert stats.order == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
     assert stats.torch_priority_order[:4] == stats.order
     assert stats.probe is None  # CPU
+
+
+@pytest.fixture
+def probed(monkeypatch: pytest.MonkeyPatch) -> list[torch.device]:
+    """The devices install_attention probed, in order (the probe answers None, as on a CPU-only machine)."""
+    seen: list[torch.device] = []
+
+    def spy(device: torch.device) -> None:
+        seen.append(device)
+
+    monkeypatch.setattr(install_module, "probe_kernels", spy)
+    return seen
+
+
+def test_a_reinstall_on_another_device_probes_that_device(probed: list[torch.device]) -> None:
+    install_attention("auto", device="cpu")
+    first = F.scaled_dot_product_attention
+    install_attention("auto", device="cuda:1")
+    assert probed == [torch.device("cpu"), torch.device("cuda", 1)]
+    assert attention_stats().device == "cuda:1"
+    assert F.scaled_dot_product_attention is not first
+    install_attention("auto", device="cuda:1")
+    assert len(probed) == 2
+
+
+def test_cuda_and_cuda_0_are_one_device(probed: list[torch.device]) -> None:
+    install_attention("auto", device="cuda")
+    wrapper = F.scaled_dot_product_attention
+    install_attention("auto", device="cuda:0")
+    install_attention("auto", device=torch.device("cuda", 0))
+    assert probed == [torch.device("cuda", 0)]
+    assert F.scaled_dot_product_attention is wrapper
+
+
+def test_a_device_without_an_index_is_the_current_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert devices.canonical_device("cuda") == torch.device("cuda", 1)
+    assert devices.canonical_device("cuda:0") == torch.device("cuda", 0)
+    assert devices.canonical_device("cpu") == torch.device("cpu")
+    assert devices.canonical_device(torch.device("mps")) == torch.device("mps")
+
+
+def test_install_compares_devices_as_the_canonical_device_spells_them(
+    probed: list[torch.device], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whatever "the current device" is, install asks devices.canonical_device, so two spellings of it are one.
+    monkeypatch.setattr(devices, "canonical_device", lambda device: torch.device("cuda", 1))
+    install_attention("auto", device="cuda")
+    wrapper = F.scaled_dot_product_attention
+    install_attention("auto", device="cuda:1")
+    assert probed == [torch.device("cuda", 1)]
+    assert F.scaled_dot_product_attention is wrapper
 
 
 def _binds_sdpa_at_import(tree: ast.Module) -> list[str]:

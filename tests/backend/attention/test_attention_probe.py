@@ -6,8 +6,20 @@ import logging
 
 import pytest
 
-from invokeai.backend.attention import attention_stats, install, install_attention
-from invokeai.backend.attention.probe import probe_kernels, unavailable_kernels
+import invokeai.backend.attention.install as install_module
+from invokeai.backend.attention import attention_stats, install_attention
+from invokeai.backend.attention.probe import KernelProbe, probe_kernels, unavailable_kernels
+
+
+def _probe(**can: bool) -> KernelProbe:
+    return KernelProbe(
+        device="cuda:0 (stand-in)",
+        torch="2.x",
+        shape=[1, 24, 1024, 128],
+        dtype="bfloat16",
+        mask="no mask",
+        **{"flash": True, "cudnn": True, "efficient": True, "sage": False, **can},
+    )
 
 
 def test_the_probe_says_nothing_on_cpu(caplog) -> None:  # type: ignore[no-untyped-def]
@@ -27,16 +39,22 @@ def test_the_probe_swallows_every_failure(monkeypatch) -> None:  # type: ignore[
     assert probe_kernels("xpu") is None
 
 
-def test_unavailable_kernels_follow_the_probe() -> None:
-    probe = {"flash": False, "cudnn": True, "efficient": True}
-    assert unavailable_kernels(probe) == {"FLASH_ATTENTION"}
+def test_unavailable_kernels_follow_the_probe(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert unavailable_kernels(_probe(flash=False)) == {"FLASH_ATTENTION"}
+    assert unavailable_kernels(_probe(cudnn=False, efficient=False)) == {"CUDNN_ATTENTION", "EFFICIENT_ATTENTION"}
     assert unavailable_kernels(None) == set()
+    # ROCm builds have no cuDNN attention, whatever the probe says.
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert unavailable_kernels(_probe()) == {"CUDNN_ATTENTION"}
 
 
 @pytest.fixture
-def gpu_without_flash(stand_in_gpu, monkeypatch) -> dict:  # type: ignore[no-untyped-def]
-    probe = {"device": "cuda (stand-in)", "flash": False, "cudnn": True, "efficient": True, "sage": False}
-    monkeypatch.setattr(install, "probe_kernels", lambda device: probe)
+def gpu_without_flash(stand_in_gpu, monkeypatch) -> KernelProbe:  # type: ignore[no-untyped-def]
+    probe = _probe(flash=False)
+    monkeypatch.setattr(install_module, "probe_kernels", lambda device: probe)
     return probe
 
 

@@ -9,20 +9,36 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from invokeai.backend.attention import (
-    attention_caller,
-    attention_stats,
-    install,
-    install_attention,
-    report,
-    sdpa_window,
-)
+from invokeai.backend import devices
+from invokeai.backend.attention import attention_caller, attention_stats, install, install_attention, report
+from invokeai.backend.attention.benchmarking import sdpa_window
+from invokeai.backend.attention.state import STATE
+from invokeai.backend.attention.testing import DispatchedCall
 
 FUSED = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+PRIORITY_CUDNN = "INVOKE_KREA2_SDPA_BACKEND=priority-cudnn"
+
+
+def _any(call: DispatchedCall) -> bool:
+    return True
+
+
+# The memory-efficient kernel takes no grouped-query call and flash no mask: cuDNN serves a masked grouped-query
+# call whatever the window, so only the reason changes.
+RULES = {
+    "CUDNN_ATTENTION": _any,
+    "EFFICIENT_ATTENTION": lambda call: not call.enable_gqa,
+    "FLASH_ATTENTION": lambda call: call.attn_mask is None,
+    "MATH": _any,
+}
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "not possible" in r.getMessage()]
+
+
+def _reports() -> list[tuple[str, str, str, str]]:
+    return [(r.node_type, r.pinned, r.serving, r.reason) for r in attention_stats().reports]
 
 
 @pytest.fixture
@@ -30,6 +46,12 @@ def gqa_call() -> tuple[torch.Tensor, ...]:
     q = torch.randn(1, 32, 8, 128, dtype=torch.bfloat16)
     kv = torch.randn(1, 8, 8, 128, dtype=torch.bfloat16)
     return q, kv, kv
+
+
+def _masked_gqa_call() -> tuple[torch.Tensor, ...]:
+    q = torch.randn(1, 4, 8, 64)
+    kv = torch.randn(1, 2, 8, 64)
+    return q, kv, kv, torch.zeros(8, 8)
 
 
 def test_a_call_the_pinned_kernel_cannot_serve_is_reported_once_per_node(
@@ -53,24 +75,23 @@ def test_a_call_the_pinned_kernel_cannot_serve_is_reported_once_per_node(
     with attention_caller("krea2_denoise"):
         F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     assert len(_warnings(caplog)) == 2
-    reports = attention_stats().reports
-    assert [(r["node_type"], r["pinned"], r["serving"], r["reason"]) for r in reports] == [
+    assert _reports() == [
         ("krea2_text_encoder", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
         ("krea2_denoise", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
     ]
     assert attention_stats().counts["krea2_text_encoder"] == {"CUDNN_ATTENTION": 3}
 
 
-def test_the_report_names_the_serving_kernel_per_distinct_kernel(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_the_report_names_the_serving_kernel_per_distinct_kernel(stand_in_gpu, dispatcher) -> None:  # type: ignore[no-untyped-def]
     stand_in = dispatcher("CUDNN_ATTENTION", "MATH")
     install_attention("flash")
     q = torch.randn(1, 2, 8, 64)
     with attention_caller("vae_decode"):
         F.scaled_dot_product_attention(q, q, q)
-        stand_in.can_serve = {"MATH"}
+        del stand_in.rules["CUDNN_ATTENTION"]
         F.scaled_dot_product_attention(q, q, q)
         F.scaled_dot_product_attention(q, q, q)
-    assert [r["serving"] for r in attention_stats().reports] == ["CUDNN_ATTENTION", "MATH"]
+    assert [r.serving for r in attention_stats().reports] == ["CUDNN_ATTENTION", "MATH"]
 
 
 def test_calls_the_pinned_kernel_serves_are_not_reported(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -90,9 +111,9 @@ def test_auto_reports_nothing(stand_in_gpu, dispatcher, caplog) -> None:  # type
     assert attention_stats().reports == [] and _warnings(caplog) == []
 
 
-def test_cpu_tensors_are_not_reported(dispatcher, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_cpu_tensors_are_not_reported(caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # A GPU install (has_reported_device) running some attention on the CPU: the pin never applied there.
-    monkeypatch.setattr(install.devices, "has_reported_device", lambda: True)
+    monkeypatch.setattr(devices, "has_reported_device", lambda: True)
     install_attention("efficient")
     q = torch.randn(1, 2, 8, 64)
     F.scaled_dot_product_attention(q, q, q)
@@ -108,7 +129,7 @@ def test_unavailable_kernel_reason(stand_in_gpu, dispatcher, monkeypatch, caplog
         F.scaled_dot_product_attention(q, q, q)
     (message,) = _warnings(caplog)
     assert "this build or device has no flash kernel; it runs on CUDNN_ATTENTION." in message
-    assert attention_stats().reports[0]["reason"] == "unavailable"
+    assert attention_stats().reports[0].reason == "unavailable"
 
 
 def test_exclusive_window_reason(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -116,10 +137,11 @@ def test_exclusive_window_reason(stand_in_gpu, dispatcher, caplog) -> None:  # t
     install_attention("efficient")
     q = torch.randn(1, 2, 8, 64)
     # math, because the real CPU kernel behind the stand-in must be able to run the call alone.
-    with sdpa_window("math"), attention_caller("krea2_denoise"):
+    with sdpa_window("math", "INVOKE_KREA2_SDPA_BACKEND=math"), attention_caller("krea2_denoise"):
         F.scaled_dot_product_attention(q, q, q)
     (message,) = _warnings(caplog)
-    assert "an exclusive INVOKE_KREA2_SDPA_BACKEND=math window switched it off; it runs on MATH." in message
+    assert "the exclusive INVOKE_KREA2_SDPA_BACKEND=math window switched it off; it runs on MATH." in message
+    assert attention_stats().reports[0].reason == "window"
 
 
 def test_pytorchs_own_reason_follows_once_on_stderr(stand_in_gpu, dispatcher, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -141,7 +163,7 @@ def test_pytorchs_own_reason_follows_once_on_stderr(stand_in_gpu, dispatcher, mo
 
 
 def test_a_pin_on_a_cpu_only_install_is_said_once_at_startup(caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(install.devices, "has_reported_device", lambda: False)  # also on a GPU machine
+    monkeypatch.setattr(devices, "has_reported_device", lambda: False)  # also on a GPU machine
     caplog.set_level(logging.INFO)
     install_attention("cudnn")
     lines = [r for r in caplog.records if "has no effect on cpu" in r.getMessage()]
@@ -149,12 +171,79 @@ def test_a_pin_on_a_cpu_only_install_is_said_once_at_startup(caplog, monkeypatch
 
 
 def test_a_rebind_does_not_report_again(stand_in_gpu, dispatcher) -> None:  # type: ignore[no-untyped-def]
+    # A rebuild (a demotion, Sage switched off) composes a new report layer; what was reported stays reported.
     dispatcher("FLASH_ATTENTION", "MATH")
     install_attention("efficient")
     q = torch.randn(1, 2, 8, 64)
     with attention_caller("node_a"):
         F.scaled_dot_product_attention(q, q, q)
-        with sdpa_window("priority-cudnn"):  # the first window rebinds SDPA with the serialising lock
-            pass
+        install.rebind(STATE)
+        STATE.apply()  # a new state version too, so the rebuilt layer looks at the call again
         F.scaled_dot_product_attention(q, q, q)
     assert len(attention_stats().reports) == 1
+
+
+def test_one_node_serving_kernel_with_two_reasons_gives_two_reports(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+    dispatcher(RULES)
+    install_attention("efficient")
+    call = _masked_gqa_call()
+    with attention_caller("node"):
+        F.scaled_dot_product_attention(*call, enable_gqa=True)
+        with sdpa_window("priority-cudnn", PRIORITY_CUDNN):
+            F.scaled_dot_product_attention(*call, enable_gqa=True)
+            F.scaled_dot_product_attention(*call, enable_gqa=True)
+    assert _reports() == [
+        ("node", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
+        ("node", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "window"),
+    ]
+    assert len(_warnings(caplog)) == 2
+
+
+def test_a_priority_window_reason_says_the_window_outranked_the_pin(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+    # Efficient serves this call: under the window cuDNN runs it only because the window ranked cuDNN first, and
+    # the report must say so rather than blame the pinned kernel. Once the window is closed, the same node's
+    # cuDNN-served call (one efficient cannot serve) is a state the report has not looked at yet.
+    dispatcher(RULES)
+    install_attention("efficient")
+    q = torch.randn(1, 2, 8, 64)
+    with attention_caller("node"):
+        with sdpa_window("priority-cudnn", PRIORITY_CUDNN):
+            F.scaled_dot_product_attention(q, q, q)
+        assert attention_stats().counts["node"] == {"CUDNN_ATTENTION": 1}
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(*_masked_gqa_call(), enable_gqa=True)
+    assert attention_stats().counts["node"] == {"CUDNN_ATTENTION": 2, "EFFICIENT_ATTENTION": 1}
+    assert _reports() == [
+        ("node", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "window"),
+        ("node", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "cannot_serve"),
+    ]
+    first, second = _warnings(caplog)
+    assert (
+        "in node: the INVOKE_KREA2_SDPA_BACKEND=priority-cudnn window ranked the cuDNN kernel above it; it runs on "
+        "CUDNN_ATTENTION." in first
+    )
+    assert "cannot serve" not in first
+    assert "the memory-efficient kernel cannot serve this call" in second
+
+
+def test_calls_that_raise_are_not_reported(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
+    # The stand-in sends the call to flash; PyTorch's SDPA then refuses its shapes. Nothing ran on flash.
+    dispatcher("FLASH_ATTENTION", "MATH")
+    install_attention("efficient")
+    q = torch.randn(1, 2, 8, 64)
+    with attention_caller("node"), pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(q, q[..., :4], q)
+    assert attention_stats().reports == [] and _warnings(caplog) == []
+    with attention_caller("node"):
+        F.scaled_dot_product_attention(q, q, q)
+    assert _reports() == [("node", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "cannot_serve")]
+
+
+def test_a_pin_on_a_cpu_only_machine_composes_no_report_layer(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The CPU picks its kernel itself: there is nothing to report, so the pin costs its calls nothing.
+    monkeypatch.setattr(devices, "has_reported_device", lambda: False)
+    monkeypatch.setattr(devices, "has_cuda", lambda: False)
+    monkeypatch.setattr(devices, "is_rocm", lambda: False)
+    install_attention("efficient")
+    assert attention_stats().layers == []
+    assert STATE.layers == ()

@@ -11,8 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from invokeai.backend.attention import attention_caller, attention_stats, install_attention, serving_kernel
+from invokeai.backend.attention import (
+    attention_caller,
+    attention_stats,
+    install_attention,
+    sdpa_score_matrix_bytes,
+    serving_kernel,
+    uninstall_attention,
+)
+from invokeai.backend.attention.memory import PricedCall
+from invokeai.backend.attention.policy import read_flags
 from invokeai.backend.attention.sage import SAGE_MIN_QUERY_LEN
+from invokeai.backend.attention.testing import DispatchedCall
 
 
 def _fake_sage_module(version: str, calls: list[dict]) -> types.ModuleType:
@@ -158,7 +168,90 @@ def test_a_sage_failure_at_run_time_switches_it_off_and_the_call_completes(stand
     stats = attention_stats()
     assert stats.sage is None
     assert stats.counts["krea2_denoise"] == {"FLASH_ATTENTION": 2}
-    assert [e["event"] for e in stats.events] == ["sage_disabled"]
+    assert [e.event for e in stats.events] == ["sage_disabled"]
     assert any(
         "SageAttention failed in krea2_denoise: triton compilation failed" in r.getMessage() for r in caplog.records
     )
+
+
+def test_a_sage_failure_in_a_call_that_outlived_its_install_leaves_the_undo_exact(stand_in_gpu, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Another thread uninstalls while Sage runs the call: switching Sage off would rebuild and put a patched SDPA
+    # back after the exact undo, so the call is retried on the SDPA in place now instead.
+    module = _fake_sage_module("1.0.6", [])
+    real = module.sageattn
+
+    @functools.wraps(real)
+    def failing_after_an_uninstall(*args, **kwargs):  # type: ignore[no-untyped-def]
+        uninstall_attention()
+        raise RuntimeError("triton compilation failed")
+
+    module.sageattn = failing_after_an_uninstall  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sageattention", module)
+    original, before = F.scaled_dot_product_attention, read_flags()
+    install_attention("sage")
+    q, k, v = _long_call()
+    out = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, original(q, k, v))
+    assert F.scaled_dot_product_attention is original
+    assert read_flags() == before
+    stats = attention_stats()
+    assert stats.installed is False and stats.events == []
+
+
+# A call Sage takes: bf16, head_dim 64, long enough; priced with batch x heads as its heads.
+SAGE_SHAPED = dict(
+    dtype=torch.bfloat16, num_heads=4, query_len=SAGE_MIN_QUERY_LEN, key_len=SAGE_MIN_QUERY_LEN, head_dim=64
+)
+
+
+def _on_math(kv_heads: int | None = None, has_attn_mask: bool = False, is_causal: bool = False, **call) -> int:  # type: ignore[no-untyped-def]
+    return PricedCall(
+        device=torch.device("cpu"),
+        kv_heads=call["num_heads"] if kv_heads is None else kv_heads,
+        has_attn_mask=has_attn_mask,
+        is_causal=is_causal,
+        **call,
+    ).math_bytes()
+
+
+def _flash_without_a_mask(call: DispatchedCall) -> bool:
+    return call.attn_mask is None
+
+
+def test_a_call_sage_takes_is_priced_nothing(sage_calls, dispatcher) -> None:  # type: ignore[no-untyped-def]
+    dispatcher("MATH")
+    install_attention("sage")
+    assert sdpa_score_matrix_bytes(device="cpu", **SAGE_SHAPED) == 0
+    assert sdpa_score_matrix_bytes(device="cpu", is_causal=True, **SAGE_SHAPED) == 0
+
+
+@pytest.mark.parametrize("masks_served_by", ["MATH", "EFFICIENT_ATTENTION"])
+def test_a_masked_sage_shaped_call_is_priced_on_the_kernel_that_serves_it(  # type: ignore[no-untyped-def]
+    sage_calls, dispatcher, masks_served_by: str
+) -> None:
+    dispatcher({"FLASH_ATTENTION": _flash_without_a_mask, masks_served_by: lambda call: True})
+    install_attention("sage")
+    # Sage takes no mask: the kernel the dispatcher picks serves it, and math materialises the whole matrix.
+    masked = sdpa_score_matrix_bytes(device="cpu", has_attn_mask=True, **SAGE_SHAPED)
+    assert masked == (_on_math(has_attn_mask=True, **SAGE_SHAPED) if masks_served_by == "MATH" else 0)
+
+
+@pytest.mark.parametrize(
+    ("version", "priced_on_math"), [("1.0.6", True), ("2.2.0", False)], ids=["1.x: no grouped heads", "2.x"]
+)
+def test_a_grouped_query_call_is_priced_on_sage_only_where_sage_takes_it(  # type: ignore[no-untyped-def]
+    stand_in_gpu, dispatcher, monkeypatch, version: str, priced_on_math: bool
+) -> None:
+    monkeypatch.setitem(sys.modules, "sageattention", _fake_sage_module(version, []))
+    dispatcher("MATH")
+    install_attention("sage")
+    grouped = {**SAGE_SHAPED, "kv_heads": 2}
+    assert sdpa_score_matrix_bytes(device="cpu", **grouped) == (_on_math(**grouped) if priced_on_math else 0)
+
+
+def test_a_causal_call_of_unequal_lengths_is_priced_on_math(sage_calls, dispatcher) -> None:  # type: ignore[no-untyped-def]
+    dispatcher("MATH")
+    install_attention("sage")
+    call = {**SAGE_SHAPED, "key_len": SAGE_MIN_QUERY_LEN + 8}
+    assert sdpa_score_matrix_bytes(device="cpu", **call) == 0
+    assert sdpa_score_matrix_bytes(device="cpu", is_causal=True, **call) == _on_math(is_causal=True, **call)

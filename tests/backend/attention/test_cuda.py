@@ -16,6 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+from torch.profiler import profile
 
 from invokeai.backend.attention import (
     ATTENTION_SETTINGS,
@@ -25,12 +27,12 @@ from invokeai.backend.attention import (
     install_attention,
     kernel_order,
     sdpa_score_matrix_bytes,
-    sdpa_window,
     serving_kernel,
     uninstall_attention,
 )
-from invokeai.backend.attention.probe import PROBE_SHAPE, probe_kernels
+from invokeai.backend.attention.benchmarking import sdpa_window
 from invokeai.backend.attention.memory import ACCELERATOR_BYTES_PER_SCORE_ELEMENT
+from invokeai.backend.attention.probe import PROBE_SHAPE, probe_kernels
 from invokeai.backend.attention.testing import pristine_attention
 
 pytestmark = [
@@ -80,7 +82,7 @@ def test_exclusive_cudnn_raises_on_fp32_while_the_ranked_list_completes() -> Non
         pytest.skip("cuDNN serves fp32 on this build: fp32 is no stand-in for an unusable cuDNN here")
 
     install_attention("auto")
-    with sdpa_window("cudnn"), pytest.raises(RuntimeError, match="No available kernel"):
+    with sdpa_window("cudnn", "test"), pytest.raises(RuntimeError, match="No available kernel"):
         F.scaled_dot_product_attention(q, k, v)
 
     assert serving_kernel(q, k, v) == SDPBackend.EFFICIENT_ATTENTION
@@ -95,8 +97,8 @@ def test_the_probe_answers_for_the_device_and_logs_one_line(caplog: pytest.LogCa
     result = probe_kernels("cuda")
     assert result is not None, "the probe swallowed an error on a real CUDA device"
     for kernel in ("flash", "cudnn", "efficient"):
-        assert isinstance(result[kernel], bool)
-    assert result["shape"] == list(PROBE_SHAPE)
+        assert isinstance(getattr(result, kernel), bool)
+    assert result.shape == list(PROBE_SHAPE)
     records = [r for r in caplog.records if r.name == "invokeai.backend.attention.probe"]
     assert [r.levelno for r in records] == [logging.INFO]
     line = records[0].getMessage()
@@ -140,10 +142,11 @@ def test_a_cudnn_failure_on_the_device_demotes_cudnn_once() -> None:
     stats = attention_stats()
     assert stats.cudnn_demoted is True
     order = torch._C._get_sdp_priority_order()
-    assert order.index(int(SDPBackend.EFFICIENT_ATTENTION)) < order.index(CUDNN)
+    assert order.index(int(SDPBackend.MATH)) < order.index(CUDNN)  # behind math: no call reaches it again
     assert serving_kernel(q, k, v) != SDPBackend.CUDNN_ATTENTION
-    assert [event["error"] for event in stats.events] == ["injected cuDNN failure"]
-    assert [report["reason"] for report in stats.reports] == ["demoted"]
+    assert [event.error for event in stats.events] == ["injected cuDNN failure"]
+    assert [report.reason for report in stats.reports] == ["demoted"]
+    assert "cudnn_fallback" not in stats.layers
 
     with attention_caller("cuda_node"):
         F.scaled_dot_product_attention(q, k, v)
@@ -168,12 +171,12 @@ def test_pinned_flash_with_an_additive_mask_is_reported_once() -> None:
     stats = attention_stats()
     assert len(stats.reports) == 1
     report = stats.reports[0]
-    assert report["node_type"] == "cuda_node"
-    assert report["pinned"] == "FLASH_ATTENTION"
-    assert report["serving"] != "FLASH_ATTENTION"
-    assert report["reason"] == "cannot_serve"
-    assert "cannot serve" in report["message"]
-    assert stats.counts["cuda_node"] == {report["serving"]: 2}
+    assert report.node_type == "cuda_node"
+    assert report.pinned == "FLASH_ATTENTION"
+    assert report.serving != "FLASH_ATTENTION"
+    assert report.reason == "cannot_serve"
+    assert "cannot serve" in report.message
+    assert stats.counts["cuda_node"] == {report.serving: 2}
 
 
 # (e) Pricing follows PyTorch's real dispatcher on the device.
@@ -186,8 +189,9 @@ def test_score_matrix_is_priced_only_under_pinned_math() -> None:
     install_attention("auto")
     assert priced() == 0
     install_attention("math")
-    # 17 bytes per element today: the design discussion's CUDA/ROCm upper bound, until calibrated on a GPU.
-    assert priced() == 24 * 1024 * 1024 * ACCELERATOR_BYTES_PER_SCORE_ELEMENT
+    # 17 bytes per element today (the design discussion's CUDA/ROCm upper bound, until calibrated on a GPU), plus
+    # math's scaled copies of the query and key (bf16 on CUDA).
+    assert priced() == 24 * 1024 * 1024 * ACCELERATOR_BYTES_PER_SCORE_ELEMENT + 24 * (1024 + 1024) * 128 * 2
 
 
 def _cuda_flags() -> tuple[bool, ...]:
@@ -225,3 +229,57 @@ def test_install_and_uninstall_restore_the_order_and_flags(setting: str) -> None
     assert torch._C._get_sdp_priority_order() == before_order
     assert _cuda_flags() == before_flags
     assert F.scaled_dot_product_attention is before_sdpa
+
+
+_ATEN_KERNELS = {
+    "aten::_scaled_dot_product_flash_attention": "FLASH_ATTENTION",
+    "aten::_scaled_dot_product_efficient_attention": "EFFICIENT_ATTENTION",
+    "aten::_scaled_dot_product_cudnn_attention": "CUDNN_ATTENTION",
+    "aten::_scaled_dot_product_attention_math": "MATH",
+}
+
+
+def _kernels_that_ran(function, *args, **kwargs) -> list[str]:  # type: ignore[no-untyped-def]
+    with profile() as prof:
+        function(*args, **kwargs)
+        torch.cuda.synchronize()
+    return sorted({_ATEN_KERNELS[e.name] for e in prof.events() if e.name in _ATEN_KERNELS})
+
+
+# (g) What is counted is what ran, for a grouped-query call on the real dispatcher.
+def test_a_grouped_query_call_is_routed_and_counted_as_it_runs() -> None:
+    install_attention("auto")
+    q = torch.randn(1, 32, 256, 128, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(1, 8, 256, 128, device="cuda", dtype=torch.bfloat16)
+    choice = SDPBackend(torch._fused_sdp_choice(q, kv, kv, is_causal=True, enable_gqa=True)).name
+    assert serving_kernel(q, kv, kv, is_causal=True, enable_gqa=True).name == choice
+    with attention_caller("gqa_node"):
+        ran = _kernels_that_ran(F.scaled_dot_product_attention, q, kv, kv, is_causal=True, enable_gqa=True)
+    assert ran == [choice]
+    assert attention_stats().counts["gqa_node"] == {choice: 1}
+
+
+# (h) The override protocol on the device: a lower-right causal bias gives the unpatched result.
+def test_a_causal_bias_mask_gives_the_unpatched_result() -> None:
+    q = torch.randn(1, 8, 128, 64, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(1, 8, 256, 64, device="cuda", dtype=torch.bfloat16)
+    expected = REAL_SDPA(q, kv, kv, attn_mask=causal_lower_right(128, 256))
+    install_attention("efficient")
+    got = F.scaled_dot_product_attention(q, kv, kv, attn_mask=causal_lower_right(128, 256))
+    torch.testing.assert_close(got, expected)
+
+
+# (i) Compiled code dispatches under the installed order: a pinned kernel serves the compiled call.
+def test_the_installed_order_applies_inside_compiled_code() -> None:
+    q, k, v = _qkv(heads=8, length=256, head_dim=64, dtype=torch.bfloat16)
+    install_attention("efficient")
+    if serving_kernel(q, k, v) != SDPBackend.EFFICIENT_ATTENTION:
+        pytest.skip(f"the memory-efficient kernel does not serve bf16 [1, 8, 256, 64] here: {serving_kernel(q, k, v)}")
+
+    def attend(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(a, b, c) * 2.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    compiled(q, k, v)  # compile outside the profile
+    assert _kernels_that_ran(compiled, q, k, v) == ["EFFICIENT_ATTENTION"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from invokeai.backend.attention import install_attention, uninstall_attention
-from invokeai.backend.attention.memory import bytes_per_score_element, causal_mask_bytes
+from invokeai.backend.attention.memory import PricedCall, bytes_per_score_element
 from invokeai.backend.cache.estimate import AttentionCall
 from invokeai.backend.cache.working_memory import (
     ESTIMATORS,
@@ -61,11 +61,18 @@ def priced(family: str, component: str, variant: str, size: int) -> WorkingMemor
 
 
 def independent_bytes(call: AttentionCall, dtype: torch.dtype) -> int:
-    """The math kernel's bytes for one call, from the score-matrix constants, not through the dispatcher."""
-    full = call.num_heads * call.query_len * call.key_len * bytes_per_score_element("cpu", dtype)
-    if call.is_causal and not call.has_attn_mask:
-        full += causal_mask_bytes(call.query_len, call.key_len, dtype)
-    return full
+    """The math kernel's bytes for one call, from the pricing constants, not through the dispatcher."""
+    return PricedCall(
+        device=CPU,
+        dtype=dtype,
+        num_heads=call.num_heads,
+        kv_heads=call.kv_heads if call.kv_heads is not None else call.num_heads,
+        query_len=call.query_len,
+        key_len=call.key_len,
+        head_dim=call.head_dim,
+        has_attn_mask=call.has_attn_mask,
+        is_causal=call.is_causal,
+    ).math_bytes()
 
 
 def test_every_family_component_has_an_estimator() -> None:
@@ -108,7 +115,10 @@ def test_calls_run_one_at_a_time_so_only_the_largest_is_reserved(dispatcher: Dis
     install_attention("auto")
     calls = [AttentionCall(8, 1024, 1024, 64, count=10), AttentionCall(8, 512, 512, 64, count=3)]
     memory = WorkingMemory(1000, calls)
-    assert memory.total(CPU, torch.float32) == 1000 + 8 * 1024 * 1024 * bytes_per_score_element("cpu", torch.float32)
+    largest = independent_bytes(calls[0], torch.float32)
+    assert memory.total(CPU, torch.float32) == 1000 + largest
+    # The score matrix, and math's copies of its operands on top.
+    assert largest > 8 * 1024 * 1024 * bytes_per_score_element("cpu", torch.float32)
 
 
 def largest(memory: WorkingMemory) -> AttentionCall:
@@ -122,8 +132,11 @@ def test_real_sd15_unet_self_attention_at_512() -> None:
     assert (call.num_heads, call.query_len, call.key_len, call.head_dim) == (2 * 8, 4096, 4096, 40)
     # Two down-block and three up-block transformers at the first level.
     assert call.count == 5
-    # On CUDA (17 bytes per element) that is 16 x 4096^2 x 17 bytes, 4.25 GiB, per call.
-    assert call.score_matrix_bytes("cuda", torch.float16) == 16 * 4096**2 * 17
+    # On CUDA (17 bytes per element) that is 16 x 4096^2 x 17 bytes, 4.25 GiB, per call, and math's copies of its
+    # operands (a few MiB) on top.
+    scores = 16 * 4096**2 * 17
+    priced_bytes = call.score_matrix_bytes("cuda", torch.float16)
+    assert scores < priced_bytes < scores * 1.02
 
 
 @pytest.mark.parametrize(

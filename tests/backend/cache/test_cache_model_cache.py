@@ -46,8 +46,8 @@ def test_least_recently_used_is_evicted_first_until_the_new_model_fits() -> None
     cache.load("d", linear_loader(calls, "d"))
     assert resident(cache) == ["c", "d"]
     stats = cache.stats()
-    assert (stats.hits, stats.misses, stats.evictions) == (1, 4, 2)
-    assert stats.resident_bytes == 2 * LINEAR_BYTES <= stats.max_cache_ram_bytes
+    assert (stats["hits"], stats["misses"], stats["evictions"]) == (1, 4, 2)
+    assert stats["resident_bytes"] == 2 * LINEAR_BYTES <= stats["max_cache_ram_bytes"]
     assert calls == ["a", "b", "c", "d"]
 
 
@@ -172,7 +172,7 @@ class StandInDevice:
 
     def free(self, device: torch.device) -> int:
         stats = self.cache_ref[0].stats()
-        return self.capacity - sum(e["size"] for e in stats.resident if e["on_device"])
+        return self.capacity - sum(e["size"] for e in stats["resident"] if e["on_device"])
 
     def release(self, device: torch.device) -> None:
         self.released += 1
@@ -210,8 +210,8 @@ def test_a_reservation_offloads_the_least_recently_used_models_first(stand_in_gp
     with cache.on_device("d", linear_loader(calls, "d"), int(1.5 * LINEAR_BYTES)):
         assert on_device_keys(cache) == ["c", "d"]
     stats = cache.stats()
-    assert stats.offloads == 2 and device.released == 2
-    assert stats.last_reservation["short_bytes"] == 0
+    assert stats["offloads"] == 2 and device.released == 2
+    assert stats["last_reservation"]["short_bytes"] == 0
 
 
 def test_the_floor_reserves_when_the_estimate_is_smaller(stand_in_gpu: StandInFactory) -> None:
@@ -263,9 +263,9 @@ def test_demo_components_are_cached_by_size_and_reserved_with_their_estimate(dem
         cache.load("vae", loaders["vae"])
     stats = cache.stats()
     assert resident(cache) == ["unet", "vae"]
-    assert {e["key"]: e["size"] for e in stats.resident} == {"unet": sizes["unet"], "vae": sizes["vae"]}
-    assert stats.last_reservation["reserved_bytes"] == max(estimate, 1024) > 1024
-    assert (stats.hits, stats.misses, stats.evictions) == (1, 3, 1)
+    assert {e["key"]: e["size"] for e in stats["resident"]} == {"unet": sizes["unet"], "vae": sizes["vae"]}
+    assert stats["last_reservation"]["reserved_bytes"] == max(estimate, 1024) > 1024
+    assert (stats["hits"], stats["misses"], stats["evictions"]) == (1, 3, 1)
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from invokeai.backend.attention import WINDOW_ENV, attention_stats
+from invokeai.backend.attention import attention_stats
+from invokeai.backend.generation.krea2 import WINDOW_ENV
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "krea2_steps.py"
 

@@ -13,17 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from invokeai.backend.attention import (
-    WINDOW_ENV,
-    WINDOW_MODES,
-    StepBenchmark,
-    attention_caller,
-    attention_stats,
-    install_attention,
-)
-from invokeai.backend.attention.testing import pristine_attention
+from invokeai.backend.attention import attention_caller, attention_stats, install_attention
+from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark, step_benchmark
 from invokeai.backend.attention.policy import read_flags
+from invokeai.backend.attention.testing import pristine_attention
 from invokeai.backend.generation import krea2
+from invokeai.backend.generation.krea2 import WINDOW_ENV, window_mode_from_env
 from invokeai.backend.generation.krea2_attention import EXPANDED, Krea2GroupedQueryAttnProcessor
 from invokeai.backend.models import krea2 as krea2_family
 
@@ -223,6 +218,44 @@ def test_helpers_match_the_pipelines() -> None:
     assert torch.equal(krea2.unpack_latents(krea2.pack_latents(latents, 2), 64, 96, 2), latents)
 
 
+def test_unset_or_empty_means_the_ranked_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WINDOW_ENV, raising=False)
+    assert window_mode_from_env() is None
+    monkeypatch.setenv(WINDOW_ENV, " ")
+    assert window_mode_from_env() is None
+
+
+@pytest.mark.parametrize("mode", ["cudnn", "efficient", "flash", "math", "priority-cudnn"])
+def test_valid_modes_are_read(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(WINDOW_ENV, mode)
+    assert window_mode_from_env() == mode
+
+
+@pytest.mark.parametrize("bad", ["CUDNN", "mem_efficient", "priority-flash", "auto"])
+def test_any_other_value_raises_naming_the_valid_ones(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(WINDOW_ENV, bad)
+    with pytest.raises(ValueError) as error:
+        window_mode_from_env()
+    assert WINDOW_ENV in str(error.value) and all(mode in str(error.value) for mode in WINDOW_MODES)
+
+
+def test_the_window_is_reported_under_the_variable_that_opened_it(
+    krea2_model: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A pin on the CPU standing in for a GPU: the math window outranks it, and the report names the variable.
+    from invokeai.backend import devices
+
+    monkeypatch.setattr(devices, "is_reported_tensor", lambda tensor: True)
+    monkeypatch.setattr(devices, "has_reported_device", lambda: True)
+    install_attention("efficient")
+    monkeypatch.setenv(WINDOW_ENV, "math")
+    _denoise(krea2_model, "a red cat", 0.0)
+    # (The text encoding before the loop runs outside the window, on the CPU's flash kernel: reported as such.)
+    (report,) = [r for r in attention_stats().reports if r.node_type == "krea2_denoise"]
+    assert (report.node_type, report.serving, report.reason) == ("krea2_denoise", "MATH", "window")
+    assert f"the exclusive {WINDOW_ENV}=math window switched it off" in report.message
+
+
 def test_settings_come_from_model_index(krea2_model: dict[str, Any]) -> None:
     assert krea2_model["settings"] == krea2.Krea2Settings(select_layers=(1, 2, 3), is_distilled=False, patch_size=2)
     assert krea2.Krea2Settings.from_model_index({}) == krea2.Krea2Settings()
@@ -290,8 +323,9 @@ def test_the_step_benchmark_brackets_the_loop(krea2_model: dict[str, Any], monke
     recorded = RecordingBenchmark()
     asked: list[torch.device] = []
 
-    def fake_step_benchmark(device: torch.device | str) -> StepBenchmark:
+    def fake_step_benchmark(device: torch.device | str, mode: str | None, label: str) -> StepBenchmark:
         asked.append(torch.device(device))
+        assert (mode, label) == ("math", "krea2_denoise")
         return recorded
 
     monkeypatch.setattr(krea2, "step_benchmark", fake_step_benchmark)
@@ -312,9 +346,7 @@ def test_on_the_cpu_the_variable_builds_no_benchmark(
     # step_benchmark's own gate: None unless CUDA, so the default path never synchronises.
     install_attention("auto")
     monkeypatch.setenv(WINDOW_ENV, "priority-cudnn")
-    from invokeai.backend.attention import step_benchmark
-
-    assert step_benchmark("cpu") is None
+    assert step_benchmark("cpu", "priority-cudnn", "krea2_denoise") is None
     assert torch.isfinite(_denoise(krea2_model, "a red cat", 0.0)).all()
 
 

@@ -18,7 +18,9 @@ import torch.nn.functional as F
 from diffusers.models.transformers.transformer_krea2 import Krea2Attention, Krea2AttnProcessor
 from torch.nn.attention import SDPBackend
 
-from invokeai.backend.attention import devices, install_attention, sdpa_window, uninstall_attention
+from invokeai.backend import devices
+from invokeai.backend.attention import install_attention, uninstall_attention
+from invokeai.backend.attention.benchmarking import sdpa_window
 from invokeai.backend.attention.policy import apply_flags, read_flags
 from invokeai.backend.generation.krea2_attention import (
     EXPANDED,
