@@ -52,9 +52,10 @@ def public_function(
 ) -> Callable[..., torch.Tensor]:
     """A function with SDPA's exact signature (scale and enable_gqa are keyword-only, as in PyTorch)."""
     lock = state.lock
-    # Not torch.compiler.is_compiling (two Python calls): Dynamo folds this one to True while it traces, and in
-    # eager it is a function returning False.
-    is_compiling = torch.compiler.is_dynamo_compiling
+    # torch.compiler.is_compiling(), without its two Python calls: Dynamo (torch.compile, strict torch.export)
+    # folds is_dynamo_compiling() to True while it traces, and non-strict torch.export sets the flag.
+    dynamo_compiling = torch.compiler.is_dynamo_compiling
+    compiler = torch.compiler
 
     def scaled_dot_product_attention(
         query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
@@ -74,7 +75,7 @@ def public_function(
                 scale=scale,
                 enable_gqa=enable_gqa,
             )
-        if is_compiling():
+        if dynamo_compiling() or compiler._is_compiling_flag:
             # Dynamo sees only this branch: one SDPA op in the graph, dispatched by PyTorch under the installed
             # flags and order when the graph runs. Nothing in it is counted or reported.
             return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)

@@ -93,10 +93,11 @@ class Report(Layer):
 
         def report(route, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
             out = inner(route, q, k, v, m, d, c, s, g)
-            if route == pinned or route == ERROR or not is_reported(q):
+            if route == pinned or route == ERROR:
                 return out
+            # Only reported tensors' keys are ever handled, so a handled key needs no device check.
             handled_key = (node_type(), route, state.version)
-            if handled_key in handled:
+            if handled_key in handled or not is_reported(q):
                 return out
             served = route_name(route)
             if served != pinned:  # a layer's own route may still run the pinned kernel (guarded math)

@@ -322,4 +322,8 @@ def test_export_records_the_aten_op() -> None:
     exported = torch.export.export(module, CAUSAL_QKV)
     ops = [node.target for node in exported.graph.nodes if node.op == "call_function"]
     assert torch.ops.aten.scaled_dot_product_attention.default in ops
+    # Exporting (non-strict, torch's default) takes the compiled path: no dispatcher query left in the graph, and
+    # nothing counted for the tracing call.
+    assert torch.ops.aten._fused_sdp_choice.default not in ops
+    assert attention_stats().counts == {}
     torch.testing.assert_close(exported.module()(*CAUSAL_QKV), eager)
