@@ -19,13 +19,12 @@ if TYPE_CHECKING:
     from invokeai.backend.attention.caller import NO_NODE, attention_caller, current_node_type
     from invokeai.backend.attention.install import install_attention, uninstall_attention
     from invokeai.backend.attention.memory import sdpa_score_matrix_bytes
-    from invokeai.backend.attention.policy import AUTO_ORDER, kernel_order
+    from invokeai.backend.attention.policy import kernel_order
     from invokeai.backend.attention.routing import serving_kernel
     from invokeai.backend.attention.stats import AttentionStats, attention_stats
 
 # Each public name and the module that holds it.
 _HOMES: dict[str, str] = {
-    "AUTO_ORDER": "policy",
     "kernel_order": "policy",
     "install_attention": "install",
     "uninstall_attention": "install",
@@ -40,7 +39,6 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "ATTENTION_SETTINGS",
-    "AUTO_ORDER",
     "NO_NODE",
     "AttentionSetting",
     "AttentionStats",

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from invokeai.backend import devices
 from invokeai.backend.attention import stats
 from invokeai.backend.attention.caller import current_node_type
-from invokeai.backend.attention.layer import Call, Layer, Rebuild, Route
+from invokeai.backend.attention.layer import Call, Layer, Rebuild, Route, is_out_of_memory
 from invokeai.backend.attention.policy import demoted_order
 from invokeai.backend.attention.state import AttentionState
 
@@ -26,12 +26,6 @@ logger = logging.getLogger(__name__)
 
 CUDNN = "CUDNN_ATTENTION"
 DEMOTED = "demoted"
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """PyTorch raises out-of-memory as torch.OutOfMemoryError, but some paths (cuDNN's workspace, other
-    allocators) raise a plain RuntimeError saying so: either is memory, not a cuDNN defect."""
-    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
 def demote_cudnn(

@@ -52,3 +52,10 @@ class Layer:
     def price(self, state: AttentionState, call: PricedCall, inner: Callable[[], int]) -> int:
         """Bytes one such call materialises, given what the layers inside would say (`inner()`)."""
         return inner()
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A layer's failure that is memory, not a defect of its kernel, so no fallback applies. PyTorch raises
+    torch.OutOfMemoryError, but some paths (cuDNN's workspace, other allocators) raise a plain RuntimeError that
+    says so."""
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()

@@ -23,8 +23,7 @@ import torch.nn.functional as F
 from invokeai.backend import devices
 from invokeai.backend.attention import stats
 from invokeai.backend.attention.caller import current_node_type
-from invokeai.backend.attention.cudnn_fallback import is_out_of_memory
-from invokeai.backend.attention.layer import Call, Claim, Layer, Rebuild
+from invokeai.backend.attention.layer import Call, Claim, Layer, Rebuild, is_out_of_memory
 from invokeai.backend.attention.memory import PricedCall
 from invokeai.backend.attention.state import AttentionState
 

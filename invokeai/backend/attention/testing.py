@@ -43,6 +43,20 @@ class DispatchedCall:
 Rule = Callable[[DispatchedCall], bool]
 
 
+def any_call(call: DispatchedCall) -> bool:
+    return True
+
+
+# A recent NVIDIA GPU's limits where they differ by kernel: flash takes no mask, the memory-efficient kernel no
+# grouped-query call (enable_gqa), cuDNN and math take both. So one call can need cuDNN, and its retry math.
+GPU_RULES: dict[str, Rule] = {
+    "CUDNN_ATTENTION": any_call,
+    "EFFICIENT_ATTENTION": lambda call: not call.enable_gqa,
+    "FLASH_ATTENTION": lambda call: call.attn_mask is None,
+    "MATH": any_call,
+}
+
+
 def _check_arguments(dropout_p: object, is_causal: object, scale: object, enable_gqa: object) -> None:
     """PyTorch's binding takes only a bool for a bool argument, and a number (or a one-element tensor) for a float."""
     for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):

@@ -15,23 +15,9 @@ from invokeai.backend.attention import attention_caller, attention_stats, instal
 from invokeai.backend.attention.benchmarking import sdpa_window
 from invokeai.backend.attention.policy import read_flags
 from invokeai.backend.attention.state import STATE
-from invokeai.backend.attention.testing import DispatchedCall
+from invokeai.backend.attention.testing import GPU_RULES, any_call
 
 REAL_SDPA = F.scaled_dot_product_attention
-
-
-def _any(call: DispatchedCall) -> bool:
-    return True
-
-
-# A device where each kernel has its own limits, so one call can need cuDNN and its retry can need math: the
-# memory-efficient kernel takes no grouped-query call, flash takes no mask.
-RULES = {
-    "CUDNN_ATTENTION": _any,
-    "EFFICIENT_ATTENTION": lambda call: not call.enable_gqa,
-    "FLASH_ATTENTION": lambda call: call.attn_mask is None,
-    "MATH": _any,
-}
 
 
 class CudnnThatFails:
@@ -78,7 +64,7 @@ def failing_cudnn(stand_in_gpu, dispatcher) -> Callable[[BaseException], CudnnTh
 
 
 def _masked_gqa_call() -> tuple[torch.Tensor, ...]:
-    """A masked grouped-query call: under RULES only cuDNN and math serve it."""
+    """A masked grouped-query call: under GPU_RULES only cuDNN and math serve it."""
     q = torch.randn(1, 4, 8, 64)
     kv = torch.randn(1, 2, 8, 64)
     mask = torch.zeros(8, 8)
@@ -86,7 +72,7 @@ def _masked_gqa_call() -> tuple[torch.Tensor, ...]:
 
 
 def _gqa_call() -> tuple[torch.Tensor, ...]:
-    """An unmasked grouped-query call: under RULES flash serves it."""
+    """An unmasked grouped-query call: under GPU_RULES flash serves it."""
     q = torch.randn(1, 4, 8, 64)
     kv = torch.randn(1, 2, 8, 64)
     return q, kv, kv
@@ -180,7 +166,7 @@ def test_a_demotion_keeps_every_kernel_that_was_ahead_of_cudnn_ahead(failing_cud
     # With efficient pinned the order is efficient, flash, cuDNN, math. Moving cuDNN only "behind efficient" would
     # put it above flash, and send the calls flash serves to the kernel that just failed, with no fallback left.
     fake = failing_cudnn(RuntimeError("cuDNN Frontend error: No execution plans support the graph."))
-    dispatcher(RULES)
+    dispatcher(GPU_RULES)
     install_attention("efficient")
     flash_call = _gqa_call()
     with attention_caller("node"):
@@ -201,7 +187,7 @@ def test_a_demotion_keeps_every_kernel_that_was_ahead_of_cudnn_ahead(failing_cud
 def test_the_retry_of_a_call_the_next_kernel_cannot_serve_runs_on_math(failing_cudnn, dispatcher) -> None:  # type: ignore[no-untyped-def]
     # Neither efficient (grouped-query) nor flash (masked) serves it: the retry must not reach cuDNN again.
     fake = failing_cudnn(RuntimeError("CUDNN_STATUS_BAD_PARAM"))
-    dispatcher(RULES)
+    dispatcher(GPU_RULES)
     install_attention("efficient")
     call = _masked_gqa_call()
     with attention_caller("node"):
@@ -258,7 +244,7 @@ def test_a_priority_cudnn_window_after_a_demotion_does_not_send_calls_to_cudnn(f
 
 def test_a_later_demoted_report_is_not_hidden_by_an_earlier_cannot_serve(failing_cudnn, dispatcher) -> None:  # type: ignore[no-untyped-def]
     failing_cudnn(RuntimeError("cudnn internal assert"))
-    dispatcher({**RULES, "CUDNN_ATTENTION": lambda call: call.attn_mask is None, "FLASH_ATTENTION": _any})
+    dispatcher({**GPU_RULES, "CUDNN_ATTENTION": lambda call: call.attn_mask is None, "FLASH_ATTENTION": any_call})
     install_attention("cudnn")
     q = torch.randn(1, 2, 8, 64)
     with attention_caller("node"):
@@ -274,7 +260,7 @@ def test_a_later_demoted_report_is_not_hidden_by_an_earlier_cannot_serve(failing
 def test_only_a_cudnn_pin_reports_a_demotion(setting: str, failing_cudnn, dispatcher) -> None:  # type: ignore[no-untyped-def]
     # cuDNN was not the pinned kernel: it being demoted is not why the pinned kernel did not serve the retry.
     failing_cudnn(RuntimeError("cuDNN Frontend error"))
-    dispatcher(RULES)
+    dispatcher(GPU_RULES)
     install_attention(setting)
     with attention_caller("node"):
         F.scaled_dot_product_attention(*_masked_gqa_call(), enable_gqa=True)

@@ -13,24 +13,10 @@ from invokeai.backend import devices
 from invokeai.backend.attention import attention_caller, attention_stats, install, install_attention, report
 from invokeai.backend.attention.benchmarking import sdpa_window
 from invokeai.backend.attention.state import STATE
-from invokeai.backend.attention.testing import DispatchedCall
+from invokeai.backend.attention.testing import GPU_RULES
 
 FUSED = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 PRIORITY_CUDNN = "INVOKE_KREA2_SDPA_BACKEND=priority-cudnn"
-
-
-def _any(call: DispatchedCall) -> bool:
-    return True
-
-
-# The memory-efficient kernel takes no grouped-query call and flash no mask: cuDNN serves a masked grouped-query
-# call whatever the window, so only the reason changes.
-RULES = {
-    "CUDNN_ATTENTION": _any,
-    "EFFICIENT_ATTENTION": lambda call: not call.enable_gqa,
-    "FLASH_ATTENTION": lambda call: call.attn_mask is None,
-    "MATH": _any,
-}
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -184,7 +170,7 @@ def test_a_rebind_does_not_report_again(stand_in_gpu, dispatcher) -> None:  # ty
 
 
 def test_one_node_serving_kernel_with_two_reasons_gives_two_reports(stand_in_gpu, dispatcher, caplog) -> None:  # type: ignore[no-untyped-def]
-    dispatcher(RULES)
+    dispatcher(GPU_RULES)
     install_attention("efficient")
     call = _masked_gqa_call()
     with attention_caller("node"):
@@ -203,7 +189,7 @@ def test_a_priority_window_reason_says_the_window_outranked_the_pin(stand_in_gpu
     # Efficient serves this call: under the window cuDNN runs it only because the window ranked cuDNN first, and
     # the report must say so rather than blame the pinned kernel. Once the window is closed, the same node's
     # cuDNN-served call (one efficient cannot serve) is a state the report has not looked at yet.
-    dispatcher(RULES)
+    dispatcher(GPU_RULES)
     install_attention("efficient")
     q = torch.randn(1, 2, 8, 64)
     with attention_caller("node"):
