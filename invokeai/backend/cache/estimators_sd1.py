@@ -17,17 +17,28 @@ Activation terms (B: batch, doubled for the guided UNet; item: element size; p: 
   (+ c_out for a width-changing shortcut), an up-block resnet also its concatenated input 2 (c_hidden + c_skip), a
   transformer block 19 c (its GEGLU feed-forward: input, residual, norm, the 8 c projection, GELU and product of
   4 c each), an upsampler c p + 2 c (4 p). Activation = 1.35 x B x item x max(skips held + step).
-- VAE decode: max over the steps of the decoder: mid block 7 C (norm, q, k, v, output, projection), resnets as
-  above, upsamplers c p + (2 + fp32/item for bf16) c (4 p), the head 3 c P. x 1.07.
-- VAE encode: the image, conv_in's output and its padded copy at full size, resnets as above, downsamplers (an
-  asymmetrically padded copy, then the stride-2 conv) 2 c p + c p / 4, the mid block 7 C. x 1.15.
+- VAE (decode and encode): a walk over the forward pass keeps, beside each step's working set, what the callers
+  hold (the block input the decoder/encoder keeps while a block runs, the upsampler's or downsampler's input,
+  post_quant_conv's output). Resnets: input kept for the shortcut, norm + SiLU, conv1, norm + SiLU, conv2, the 1x1
+  shortcut, the sum and its scaled copy. Upsamplers: input, nearest output (fp32 copies for bf16), conv;
+  downsamplers: input, the asymmetrically padded copy, stride-2 conv; mid block 7 C for its attention; the head
+  (norm, SiLU, conv_out; quant_conv and the posterior in encode). Every convolution adds what PyTorch's CPU path
+  allocates (`_Convs.extra`): oneDNN's reorders into its channel-blocked layout, whose block (8 channels on AVX2,
+  16 on AVX-512) pads narrow layers, so the larger of the two is taken; nothing beyond the output for channels-last
+  tensors (the decoder after the mid block's attention, fp32 batches of two or more); slow_conv2d's 9x columns for a
+  small one-image input. Decode x 1.07, encode x 1.05.
 The factors scale the walk to what `scripts/calibrate_working_memory.py` measured on CPU for the demo models (peak
 live bytes, fp32, 64-256 px, batches raised to 8 MiB), so the estimate lies between 1.0 and 1.3 times the
-measurement; they cover buffers of a few kilobytes, allocator rounding and oneDNN's reorders that the walk leaves
-out. On CUDA the same formulas apply, unverified there until the script is run on a GPU.
+measurement; they cover buffers of a few kilobytes, allocator rounding and, for the UNet and text encoder, oneDNN's
+reorders that their walks leave out. The VAE walks match the measured peak within 2% on an AVX-512 machine (the
+factors' margin) and overestimate it by up to 20% where oneDNN is limited to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, which
+reproduces an AVX2-only machine's figures), whose 8-channel blocks pad less. On CUDA the same formulas apply (NCHW
+convolutions priced as on the CPU), unverified there until the script is run on a GPU.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -51,7 +62,7 @@ ACTIVATION_FACTOR = {
     "text_encoder": 1.0,
     "unet": 1.35,
     "vae_decode": 1.07,
-    "vae_encode": 1.15,
+    "vae_encode": 1.05,
 }
 
 
@@ -188,6 +199,86 @@ def unet(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
 
 # --- VAE ----------------------------------------------------------------------------------------------------
 
+# oneDNN's fp32 direct convolutions (PyTorch's CPU path for most of them) work on NCHW tensors in a channel-blocked
+# layout whose block is the machine's vector width: 8 channels where AVX2 is the widest ISA oneDNN may use, 16 with
+# AVX-512. A layer narrower than a block, or not a multiple of one, is padded up to it, so one model's peak differs
+# by machine; the estimate takes the larger of the two.
+ONEDNN_CHANNEL_BLOCKS = (8, 16)
+# PyTorch (ConvParams::use_mkldnn) runs an fp32 3x3 convolution of one image whose input has at most this many
+# elements in its own slow_conv2d, which unfolds the input into columns (kernel area x input channels per output
+# pixel).
+SLOW_CONV_MAX_ELEMENTS = 20480
+
+
+def _padded(channels: int, block: int) -> int:
+    return -(-channels // block) * block
+
+
+@dataclass(frozen=True)
+class _Convs:
+    """What the VAE's 2-D convolutions allocate beyond their input, for one call's device, dtype and batch."""
+
+    cpu: bool
+    fp32: bool
+    batch: int
+
+    @classmethod
+    def of(cls, facts: CallFacts) -> _Convs:
+        return cls(facts.device.type == "cpu", facts.dtype == torch.float32, facts.batch)
+
+    def extra(self, c_in: int, c_out: int, p_in: int, p_out: int, *, channels_last: bool = False) -> int:
+        """Elements per batch entry at a 3x3 (or 1x1, bounded by the same) convolution's peak, beside its input.
+
+        On CPU: a small one-image input takes slow_conv2d (columns, then the output). A channels-last input runs
+        oneDNN's NHWC kernel, which writes the output in place. Otherwise oneDNN reorders the NCHW input into the
+        blocked layout (not when it has fewer channels than a block: the kernel then reads NCHW), computes a
+        blocked output (channels padded to a block) and reorders that into the NCHW output; measured per op
+        (ONEDNN_VERBOSE for the layouts, the resident set for the bytes), the peak is the blocked output beside the
+        larger of the other two. The worst over ONEDNN_CHANNEL_BLOCKS; other devices get that too (unverified)."""
+        out = c_out * p_out
+        if self.cpu and self.batch == 1 and c_in * p_in <= SLOW_CONV_MAX_ELEMENTS:
+            return 9 * c_in * p_out + out
+        if self.cpu and channels_last:
+            return out
+        worst = 0
+        for block in ONEDNN_CHANNEL_BLOCKS:
+            blocked_in = _padded(c_in, block) * p_in if c_in >= block else 0
+            worst = max(worst, _padded(c_out, block) * p_out + max(blocked_in, out))
+        return worst
+
+    def resnet(self, c_in: int, c_out: int, p: int, *, channels_last: bool = False) -> int:
+        """Peak elements of a ResnetBlock2D over `p` pixels, beyond what its callers hold: the input stays alive
+        throughout (the shortcut reads it) beside, in turn, norm1 and its SiLU, conv1 on that SiLU, norm2 and its
+        SiLU, conv2, the 1x1 shortcut when the width changes, and the sum and its scaled copy."""
+        cl = channels_last
+        changed = c_in != c_out
+        steps = [
+            3 * c_in * p,
+            2 * c_in * p + self.extra(c_in, c_out, p, p, channels_last=cl),
+            (c_in + 2 * c_out) * p,
+            (c_in + c_out) * p + self.extra(c_out, c_out, p, p, channels_last=cl),
+            (c_in + (4 if changed else 3) * c_out) * p,
+        ]
+        if changed:
+            steps.append((c_in + c_out) * p + self.extra(c_in, c_out, p, p, channels_last=cl))
+        return max(steps)
+
+    def mid(self, c: dict, channels: int, p: int) -> int:
+        """Peak elements of the mid block over the latent pixels: the caller holds its input while the first
+        resnet runs on it, then beside the attention (input, group norm, q, k, v, output, projection: 7 C) and the
+        second resnet, which runs channels-last when `after_attention` says so."""
+        attention = 7 * channels * p if c.get("mid_block_add_attention", True) else 0
+        second = self.resnet(channels, channels, p, channels_last=self.after_attention(c))
+        return max(self.resnet(channels, channels, p), channels * p + max(attention, second))
+
+    def after_attention(self, c: dict) -> bool:
+        """Whether the tensors after the mid block's attention are channels-last: diffusers' attention processor
+        reshapes its (B, HW, C) output back to NCHW shape with NHWC strides, PyTorch's CPU group_norm keeps that
+        layout for batches of two or more (one image comes back contiguous) and oneDNN's fp32 convolutions keep it.
+        Not assumed for 16-bit dtypes: PyTorch runs those through oneDNN only on CPUs with its bf16/fp16 kernels,
+        elsewhere through slow_conv2d, whose output is contiguous."""
+        return self.cpu and self.fp32 and self.batch > 1 and c.get("mid_block_add_attention", True)
+
 
 def _vae_attention(c: dict, facts: CallFacts) -> list[AttentionCall]:
     if not c.get("mid_block_add_attention", True):
@@ -198,11 +289,6 @@ def _vae_attention(c: dict, facts: CallFacts) -> list[AttentionCall]:
     return [AttentionCall(num_heads=facts.batch, query_len=tokens, key_len=tokens, head_dim=channels[-1])]
 
 
-def _vae_mid(channels: int) -> int:
-    """Elements per latent pixel at the mid block's attention: input, group norm, q/k/v, output, projection."""
-    return 7 * channels
-
-
 def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     c = config_dict(config)
     channels = list(reversed(c["block_out_channels"]))
@@ -210,20 +296,36 @@ def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     layers = c.get("layers_per_block", 2) + 1  # decoder blocks have one resnet more than encoder blocks
     h, w = facts.height // 2 ** (levels - 1), facts.width // 2 ** (levels - 1)
     item = facts.dtype.itemsize
-    # Nearest upsampling runs in fp32 for bf16 inputs (diffusers' Upsample2D), so its output may be wider.
-    up_item = fp32_bytes(facts.dtype) if facts.dtype == torch.bfloat16 else item
-    peak = _vae_mid(channels[0]) * h * w * item
+    # Nearest upsampling runs in fp32 for bf16 inputs (diffusers' Upsample2D): a copy of the input, the upsampled
+    # tensor in fp32, then its cast back.
+    upcast = facts.dtype == torch.bfloat16
+    f32 = fp32_bytes(facts.dtype)
+    convs = _Convs.of(facts)
+    cl = convs.after_attention(c)
+    latent = c["latent_channels"]
+    p = h * w
+    base = latent * p  # post_quant_conv's output, held by AutoencoderKL until the decoder returns
     hidden = channels[0]
+    peak = base + max(convs.extra(latent, latent, p, p), convs.extra(latent, hidden, p, p))  # post_quant, conv_in
+    peak = max(peak, base + convs.mid(c, hidden, p)) * item
     for k, out in enumerate(channels):
-        pixels = h * w
-        for _ in range(layers):
-            peak = max(peak, _resnet(hidden, out) * pixels * item)
+        p = h * w
+        block_in = hidden * p  # held by the decoder while the block runs
+        for j in range(layers):
+            held = base + (block_in if j else 0)
+            peak = max(peak, (held + convs.resnet(hidden, out, p, channels_last=cl)) * item)
             hidden = out
         if k < levels - 1:
             h, w = 2 * h, 2 * w
-            peak = max(peak, hidden * pixels * item + hidden * h * w * (up_item + 2 * item))
-    # norm_out, activation and conv_out at full resolution
-    peak = max(peak, 3 * hidden * h * w * item)
+            up = hidden * h * w
+            held = (base + block_in + hidden * p) * item  # and the upsampler's input
+            if upcast:
+                peak = max(peak, held + hidden * p * f32 + up * f32, held + up * (f32 + item))
+            peak = max(peak, held + (up + convs.extra(hidden, hidden, h * w, h * w, channels_last=cl)) * item)
+    # norm_out, then its SiLU, then conv_out at full resolution
+    p = h * w
+    head = max(2 * hidden * p, hidden * p + convs.extra(hidden, c.get("out_channels", 3), p, p, channels_last=cl))
+    peak = max(peak, (base + head) * item)
     activation = _scaled("vae_decode", facts.batch * peak)
     return WorkingMemory(activation, _vae_attention(c, facts))
 
@@ -233,20 +335,30 @@ def vae_encode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     channels = list(c["block_out_channels"])
     levels = len(channels)
     layers = c.get("layers_per_block", 2)
+    convs = _Convs.of(facts)
     h, w = facts.height, facts.width
-    item = facts.dtype.itemsize
     hidden = channels[0]
-    peak = (c.get("in_channels", 3) + 2 * hidden) * h * w  # the image, conv_in's output and its padded copy
+    peak = convs.extra(c.get("in_channels", 3), hidden, h * w, h * w)  # conv_in (the image is an input)
     for k, out in enumerate(channels):
-        for _ in range(layers):
-            peak = max(peak, _resnet(hidden, out) * h * w)
+        p = h * w
+        block_in = hidden * p  # held by the encoder while the block runs
+        for j in range(layers):
+            peak = max(peak, (block_in if j else 0) + convs.resnet(hidden, out, p))
             hidden = out
         if k < levels - 1:
-            # Downsample2D pads asymmetrically (a full copy) before its stride-2 conv.
-            peak = max(peak, 2 * hidden * h * w + hidden * (h // 2) * (w // 2))
+            # Downsample2D pads asymmetrically (a full copy) before its stride-2 conv, beside the block's input
+            # and its own.
+            padded = (h + 1) * (w + 1)
             h, w = h // 2, w // 2
-    peak = max(peak, _vae_mid(hidden) * h * w)
-    activation = _scaled("vae_encode", facts.batch * peak * item)
+            peak = max(peak, block_in + hidden * (p + padded) + convs.extra(hidden, hidden, padded, h * w))
+    p = h * w
+    peak = max(peak, convs.mid(c, hidden, p))
+    # norm_out, its SiLU and conv_out to the moments (2 x latent channels), then quant_conv and the posterior's
+    # clamped log-variance, std and var beside the moments.
+    moments = 2 * c["latent_channels"]
+    peak = max(peak, 2 * hidden * p, hidden * p + convs.extra(hidden, moments, p, p))
+    peak = max(peak, moments * p + max(convs.extra(moments, moments, p, p), 3 * moments // 2 * p))
+    activation = _scaled("vae_encode", facts.batch * peak * facts.dtype.itemsize)
     return WorkingMemory(activation, _vae_attention(c, facts))
 
 

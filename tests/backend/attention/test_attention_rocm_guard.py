@@ -201,6 +201,18 @@ def test_the_guard_is_reported_when_a_kernel_is_pinned(rocm, stand_in_gpu, dispa
     assert "the ROCm wide-head guard sends calls with head_dim above 256 to math" in entry.message
 
 
+def test_with_math_pinned_a_guarded_call_is_not_reported(rocm, stand_in_gpu, dispatcher) -> None:  # type: ignore[no-untyped-def]
+    # The guard sends the call to math, and math is the pinned kernel: it served the call, nothing to report.
+    dispatcher("FLASH_ATTENTION", "MATH")
+    install_attention("math")
+    assert "report" in attention_stats().layers
+    wide = torch.randn(1, 1, 16, 512)
+    with attention_caller("vae_decode"):
+        F.scaled_dot_product_attention(wide, wide, wide)
+    assert attention_stats().reports == []
+    assert attention_stats().counts["vae_decode"] == {"MATH": 1}
+
+
 def test_the_head_limit_comes_from_the_environment(rocm, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(MAX_HEAD_DIM_ENV, "64")
     install_attention("auto")
