@@ -327,3 +327,61 @@ def test_export_records_the_aten_op() -> None:
     assert torch.ops.aten._fused_sdp_choice.default not in ops
     assert attention_stats().counts == {}
     torch.testing.assert_close(exported.module()(*CAUSAL_QKV), eager)
+
+
+def _random_calls(count: int, seed: int) -> Iterator[tuple[tuple[torch.Tensor, ...], dict[str, Any]]]:
+    """Calls drawn at random over what SDPA takes: 3-D or 4-D, grouped or not, lengths that differ, bool, additive
+    and broadcast masks, causal, scale, and some that PyTorch refuses (mismatched head_dims or batches, a mask with
+    is_causal, grouped heads without enable_gqa)."""
+    rng = torch.Generator().manual_seed(seed)
+
+    def pick(*options: Any) -> Any:
+        return options[int(torch.randint(len(options), (1,), generator=rng))]
+
+    for _ in range(count):
+        batch, heads, q_len, k_len, dim = pick(1, 2), pick(1, 2, 4), pick(1, 5, 16), pick(1, 7, 16), pick(4, 8, 33)
+        kv_heads = pick(heads, 1, max(1, heads // 2))
+        q = torch.randn(batch, heads, q_len, dim, generator=rng)
+        k = torch.randn(pick(batch, batch + 1), kv_heads, k_len, pick(dim, dim, dim + 1), generator=rng)
+        v = torch.randn(k.shape[0], kv_heads, k_len, dim, generator=rng)
+        if pick(False, True, True, True):
+            q, k, v = (t.flatten(0, 1) for t in (q, k, v)) if pick(False, True) else (q, k, v)
+        kwargs: dict[str, Any] = {}
+        mask_kind = pick(None, None, "bool", "additive", "broadcast")
+        if mask_kind == "bool":
+            kwargs["attn_mask"] = torch.rand(q_len, k_len, generator=rng) > 0.2
+        elif mask_kind == "additive":
+            kwargs["attn_mask"] = torch.randn(q_len, k_len, generator=rng)
+        elif mask_kind == "broadcast":
+            kwargs["attn_mask"] = torch.zeros(1, 1, 1, k_len)
+        if pick(False, True):
+            kwargs["is_causal"] = True
+        if pick(False, True):
+            kwargs["scale"] = float(pick(0.1, 1.0, 3.0))
+        if kv_heads != heads and pick(True, True, False):
+            kwargs["enable_gqa"] = True
+        yield (q, k, v), kwargs
+
+
+def _outcome(function: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:  # the exact error is part of the contract
+        return (type(error), str(error))
+
+
+def test_random_calls_give_what_unpatched_sdpa_gives(install) -> None:  # type: ignore[no-untyped-def]
+    calls = list(_random_calls(300, seed=15))
+    expected = [_outcome(UNPATCHED, args, kwargs) for args, kwargs in calls]
+    refused = sum(isinstance(outcome, tuple) for outcome in expected)
+    assert 20 < refused < 280, "the draw must hold both calls PyTorch takes and calls it refuses"
+    install()
+    for (args, kwargs), want in zip(calls, expected, strict=True):
+        got = _outcome(F.scaled_dot_product_attention, args, kwargs)
+        if isinstance(want, tuple):
+            assert got == want, kwargs
+        else:
+            assert isinstance(got, torch.Tensor), (got, kwargs)
+            torch.testing.assert_close(got, want, msg=lambda m, kwargs=kwargs: f"{kwargs}: {m}")
+    # Every call PyTorch took was counted once, and none it refused.
+    assert _total_calls() == len(calls) - refused
