@@ -13,13 +13,18 @@ import json
 from typing import Any
 
 
-def new_scheduler(cls: type, config: dict[str, Any]) -> Any:
-    """A new, unused `cls` on `config` (a scheduler config as JSON holds it; keys starting with "_" are dropped)."""
-    kept = {key: value for key, value in config.items() if not key.startswith("_")}
-    return copy.deepcopy(_built(cls, json.dumps(kept, sort_keys=True)))
+def new_scheduler(cls: type, config: dict[str, Any], **overrides: Any) -> Any:
+    """A new, unused `cls` on `config`, equal to diffusers' `cls.from_config(config, **overrides)`.
+
+    `config` goes to diffusers whole, its private keys included: a loaded scheduler's config lists under
+    `_use_default_values` the keys it only took from its own class's defaults (a PNDM-era SD-1.5 config has no
+    `timestep_spacing`, so PNDM filled in "leading"), and from_config gives those keys the new class's defaults
+    instead ("linspace" for Euler and DPM++), as a diffusers user switching schedulers gets.
+    """
+    return copy.deepcopy(_built(cls, json.dumps(config, sort_keys=True), json.dumps(overrides, sort_keys=True)))
 
 
 @functools.lru_cache(maxsize=32)
-def _built(cls: type, config_json: str) -> Any:
+def _built(cls: type, config_json: str, overrides_json: str) -> Any:
     # Never handed out, only copied: a run's state (timesteps, step index, solver history) must not reach the next.
-    return cls.from_config(json.loads(config_json))  # type: ignore[attr-defined]
+    return cls.from_config(json.loads(config_json), **json.loads(overrides_json))  # type: ignore[attr-defined]

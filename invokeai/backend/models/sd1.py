@@ -77,7 +77,5 @@ def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
     if name == "ddim":
         return new_scheduler(DDIMScheduler, base_config)
     if name == "dpmpp_2m":
-        return new_scheduler(
-            DPMSolverMultistepScheduler, {**base_config, "algorithm_type": "dpmsolver++", "solver_order": 2}
-        )
+        return new_scheduler(DPMSolverMultistepScheduler, base_config, algorithm_type="dpmsolver++", solver_order=2)
     raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: {', '.join(SCHEDULER_NAMES)}")

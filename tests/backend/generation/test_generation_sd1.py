@@ -39,8 +39,32 @@ def sd1_parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {name: load_component(probe, name) for name in components_of(probe)}
 
 
+@pytest.fixture(scope="session", params=["demo scheduler", "PNDM-era scheduler"])
+def parity_parts(request: pytest.FixtureRequest, sd1_parts: dict[str, Any]) -> dict[str, Any]:
+    """The demo's components with its own (recent DDIM) scheduler, or with the PNDM scheduler config that classic
+    SD-1.5 checkpoints ship (diffusers 0.6.0, no timestep_spacing), as the shipped sd-1 config has it."""
+    if request.param == "demo scheduler":
+        return sd1_parts
+    from diffusers import PNDMScheduler
+
+    from invokeai.backend.models.config_variants import get_variant
+
+    pndm = PNDMScheduler.from_pretrained(get_variant("sd-1").path, subfolder="scheduler")
+    return {**sd1_parts, "scheduler": pndm}
+
+
 def _scheduler(parts: dict[str, Any], name: str) -> Any:
     return sd1_family.make_scheduler(name, dict(parts["scheduler"].config))
+
+
+def _diffusers_scheduler(parts: dict[str, Any], name: str) -> Any:
+    """The sampler as a diffusers user switches to it: the class's from_config on the pipeline's scheduler config."""
+    from diffusers import DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
+
+    config = parts["scheduler"].config
+    if name == "dpmpp_2m":
+        return DPMSolverMultistepScheduler.from_config(config, algorithm_type="dpmsolver++", solver_order=2)
+    return {"euler": EulerDiscreteScheduler, "ddim": DDIMScheduler}[name].from_config(config)
 
 
 def _pipeline(parts: dict[str, Any], name: str, img2img: bool = False) -> Any:
@@ -52,7 +76,7 @@ def _pipeline(parts: dict[str, Any], name: str, img2img: bool = False) -> Any:
         text_encoder=parts["text_encoder"],
         tokenizer=parts["tokenizer"],
         unet=parts["unet"],
-        scheduler=_scheduler(parts, name),
+        scheduler=_diffusers_scheduler(parts, name),
         safety_checker=None,
         feature_extractor=None,
         requires_safety_checker=False,
@@ -90,8 +114,8 @@ def _generate(parts: dict[str, Any], scheduler: str, **kwargs: Any) -> torch.Ten
 
 
 @pytest.mark.parametrize("scheduler", sd1_family.SCHEDULER_NAMES)
-def test_text_to_image_equals_the_stock_pipeline(sd1_parts: dict[str, Any], scheduler: str) -> None:
-    expected = _pipeline(sd1_parts, scheduler)(
+def test_text_to_image_equals_the_stock_pipeline(parity_parts: dict[str, Any], scheduler: str) -> None:
+    expected = _pipeline(parity_parts, scheduler)(
         PROMPT,
         num_inference_steps=STEPS,
         guidance_scale=CFG,
@@ -100,8 +124,8 @@ def test_text_to_image_equals_the_stock_pipeline(sd1_parts: dict[str, Any], sche
         width=SIZE,
     ).images[0]
     steps: list[tuple[int, int]] = []
-    latents = _generate(sd1_parts, scheduler, on_step=lambda step, total, _: steps.append((step, total)))
-    image = sd1.vae_decode(sd1_parts["vae"], latents)
+    latents = _generate(parity_parts, scheduler, on_step=lambda step, total, _: steps.append((step, total)))
+    image = sd1.vae_decode(parity_parts["vae"], latents)
     assert image.size == (SIZE, SIZE) and image.mode == "RGB"
     assert np.abs(_pixels(image) - _pixels(expected)).max() <= 1
     assert steps == [(step, STEPS) for step in range(1, STEPS + 1)]
@@ -121,9 +145,9 @@ def _init_image(parts: dict[str, Any]) -> Image.Image:
 
 
 @pytest.mark.parametrize("scheduler", sd1_family.SCHEDULER_NAMES)
-def test_image_to_image_equals_the_stock_pipeline(sd1_parts: dict[str, Any], scheduler: str) -> None:
-    init = _init_image(sd1_parts)
-    expected = _pipeline(sd1_parts, scheduler, img2img=True)(
+def test_image_to_image_equals_the_stock_pipeline(parity_parts: dict[str, Any], scheduler: str) -> None:
+    init = _init_image(parity_parts)
+    expected = _pipeline(parity_parts, scheduler, img2img=True)(
         PROMPT,
         image=init,
         strength=0.6,
@@ -133,18 +157,18 @@ def test_image_to_image_equals_the_stock_pipeline(sd1_parts: dict[str, Any], sch
     ).images[0]
     steps: list[tuple[int, int]] = []
     latents = _generate(
-        sd1_parts,
+        parity_parts,
         scheduler,
-        init_latents=sd1.vae_encode(sd1_parts["vae"], init, SEED),
+        init_latents=sd1.vae_encode(parity_parts["vae"], init, SEED),
         strength=0.6,
         on_step=lambda step, total, _: steps.append((step, total)),
     )
-    image = sd1.vae_decode(sd1_parts["vae"], latents)
+    image = sd1.vae_decode(parity_parts["vae"], latents)
     assert np.abs(_pixels(image) - _pixels(expected)).max() <= 1
     # strength 0.6 of 4 steps keeps int(2.4) = 2, as the pipeline does.
     assert steps == [(1, 2), (2, 2)]
     # And it is not simply text-to-image: the init image shows through.
-    text_only = sd1.vae_decode(sd1_parts["vae"], _generate(sd1_parts, scheduler))
+    text_only = sd1.vae_decode(parity_parts["vae"], _generate(parity_parts, scheduler))
     assert np.abs(_pixels(image) - _pixels(text_only)).max() > 10
 
 
