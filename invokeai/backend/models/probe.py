@@ -67,8 +67,31 @@ def _probe_folder(path: Path) -> ProbeResult:
             file.suffix in WEIGHT_SUFFIXES for file in folder.iterdir() if file.is_file()
         ):
             raise UnsupportedModelError(f"{path.name}: {component}/ holds no weights")
+    if family is sd1:
+        differences = sd1.pipeline_differences(
+            _component_config(path, "unet"),
+            _component_config(path, "scheduler", "scheduler_config.json"),
+            _component_config(path, "text_encoder"),
+        )
+        if differences:
+            raise UnsupportedModelError(
+                f"{path.name}: not an SD-1.5 pipeline the sd-1 nodes can run: " + "; ".join(differences)
+            )
     size = sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
     return ProbeResult(path, family.FAMILY, "main", "diffusers", None, size)
+
+
+def _component_config(path: Path, component: str, name: str = "config.json") -> dict:
+    file = path / component / name
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UnsupportedModelError(f"{path.name}: {component}/{name} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UnsupportedModelError(f"{path.name}: {component}/{name} is unreadable ({type(exc).__name__})") from None
+    if not isinstance(config, dict):
+        raise UnsupportedModelError(f"{path.name}: {component}/{name} is not a JSON object")
+    return config
 
 
 def _probe_file(path: Path) -> ProbeResult:
@@ -95,6 +118,9 @@ def _probe_file(path: Path) -> ProbeResult:
         header = read_safetensors_header(path)
     shapes = {name: tensor.shape for name, tensor in header.tensors.items()}
     missing = sd1.missing_checkpoint_parts(shapes)
+    looks_like = _other_single_file_family(shapes)
+    if looks_like is not None:
+        raise UnsupportedModelError(f"{path.name}: this looks like {looks_like}, which is not supported yet")
     if missing:
         if krea2.is_transformer(shapes):
             raise UnsupportedModelError(f"{path.name}: a Krea-2 transformer is supported as GGUF only, not safetensors")
@@ -116,6 +142,31 @@ def _probe_gguf(path: Path, size: int) -> ProbeResult:
     shapes = {krea2.diffusers_name(name): tensor.shape for name, tensor in header.tensors.items()}
     variant = match_variant(krea2.FAMILY, shapes, krea2.transformer_signature, f"{path.name} (Krea-2 transformer)")
     return ProbeResult(path, krea2.FAMILY, "transformer", "gguf", variant.name, size)
+
+
+# Tensor names that only single files of families this server does not run yet carry, so a refusal can say which
+# family a file looks like rather than only that it is not SD-1.5's layout.
+_OTHER_SINGLE_FILE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "an SDXL checkpoint (a second, OpenCLIP-G text encoder under conditioner.embedders.1)",
+        ("conditioner.embedders.1.",),
+    ),
+    (
+        "a FLUX.1 transformer (double_blocks / single_blocks)",
+        ("double_blocks.", "model.diffusion_model.double_blocks."),
+    ),
+    (
+        "a Stable Diffusion 2.x checkpoint (an OpenCLIP text encoder under cond_stage_model.model)",
+        ("cond_stage_model.model.",),
+    ),
+)
+
+
+def _other_single_file_family(names: dict[str, object]) -> str | None:
+    for family, prefixes in _OTHER_SINGLE_FILE_FAMILIES:
+        if any(name.startswith(prefixes) for name in names):
+            return family
+    return None
 
 
 def _prefix_summary(names: dict[str, object], limit: int = 5) -> str:

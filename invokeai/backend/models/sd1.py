@@ -24,6 +24,38 @@ TEXT_PREFIX = "cond_stage_model.transformer.text_model."
 CHECKPOINT_PREFIXES = {"unet": UNET_PREFIX, "vae": VAE_PREFIX, "text_encoder": TEXT_PREFIX}
 
 SCHEDULER_NAMES = ("euler", "ddim", "dpmpp_2m")
+# OpenCLIP ViT-H's width: the text embeddings Stable Diffusion 2.x's UNet attends over (SD-1.5's CLIP ViT-L is 768).
+SD2_TEXT_WIDTH = 1024
+
+
+def pipeline_differences(unet: dict[str, Any], scheduler: dict[str, Any], text_encoder: dict[str, Any]) -> list[str]:
+    """How a diffusers pipeline folder's configs differ from what this family's nodes run: SD-1.5 text-to-image and
+    image-to-image, epsilon prediction. Each entry names the difference; empty: the folder is one this family runs.
+    Folders that pass StableDiffusionPipeline's class check but are another model are caught here, at install,
+    instead of failing at denoise or sampling wrongly."""
+    found = []
+    in_channels = unet.get("in_channels", 4)
+    if in_channels != 4:
+        kind = " (an inpainting UNet: latents, mask and masked image)" if in_channels == 9 else ""
+        found.append(f"its UNet takes {in_channels} input channels{kind}; SD-1.5 denoising takes 4")
+    if unet.get("time_cond_proj_dim") is not None:
+        found.append(
+            f"its UNet is LCM-distilled (time_cond_proj_dim {unet['time_cond_proj_dim']}): it needs LCM's guidance "
+            "embedding and scheduler, which the sd-1 nodes do not run"
+        )
+    prediction = scheduler.get("prediction_type", "epsilon")
+    if prediction != "epsilon":
+        found.append(
+            f"its scheduler predicts {prediction!r} (Stable Diffusion 2.x 768-v does); SD-1.5 predicts epsilon"
+        )
+    cross, text_width = unet.get("cross_attention_dim"), text_encoder.get("hidden_size")
+    if cross == SD2_TEXT_WIDTH:
+        found.append(
+            f"its UNet attends over {cross}-wide text embeddings (Stable Diffusion 2.x's OpenCLIP text encoder)"
+        )
+    elif cross is not None and text_width is not None and cross != text_width:
+        found.append(f"its UNet's cross_attention_dim {cross} is not its text encoder's width {text_width}")
+    return found
 
 
 def missing_checkpoint_parts(names: Iterable[str]) -> list[str]:

@@ -147,7 +147,7 @@ def test_refusals_of_other_layouts(demo_build: DemoBuild, demo_checkpoint: Path,
         | {"cond_stage_model.model.token_embedding.weight": (49408, 1024)}
     )
     sd2 = _write_safetensors(tmp_path / "sd2.safetensors", header, size)
-    assert "no text_encoder (cond_stage_model.transformer.text_model.*)" in _refused(sd2, "SD-1.5 single-file layout")
+    _refused(sd2, "looks like a Stable Diffusion 2.x checkpoint")
     header, size = _header_for({"text_fusion.projector.weight": (1, 3), "img_in.weight": (64, 64)})
     header |= _header_for({"txt_in.linear_1.weight": (64, 32)})[0]
     krea = _write_safetensors(tmp_path / "krea.safetensors", header, size)
@@ -168,3 +168,64 @@ def test_refusals_of_gguf(demo_build: DemoBuild, tmp_path: Path) -> None:
     writer.write_tensors_to_file()
     writer.close()
     _refused(other, "not a Krea-2 transformer \\(architecture 'llama'")
+
+
+def _pipeline_with(demo_build: DemoBuild, tmp_path: Path, component: str, name: str, **changes: object) -> Path:
+    """demo-sd1 copied, with one component's config changed (weights untouched: the probe reads configs only)."""
+    folder = tmp_path / f"changed-{component}"
+    if not folder.exists():
+        shutil.copytree(demo_build.sd1, folder)
+    file = folder / component / name
+    file.write_text(json.dumps({**json.loads(file.read_text()), **changes}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("component", "name", "changes", "reason"),
+    [
+        ("unet", "config.json", {"in_channels": 9}, r"takes 9 input channels \(an inpainting UNet"),
+        ("unet", "config.json", {"time_cond_proj_dim": 256}, r"LCM-distilled \(time_cond_proj_dim 256\)"),
+        ("scheduler", "scheduler_config.json", {"prediction_type": "v_prediction"}, "predicts 'v_prediction'"),
+        ("unet", "config.json", {"cross_attention_dim": 1024}, "1024-wide text embeddings"),
+        ("unet", "config.json", {"cross_attention_dim": 48}, "cross_attention_dim 48 is not its text encoder's"),
+    ],
+    ids=["inpainting", "lcm", "v-prediction", "sd-2 text width", "mismatched widths"],
+)
+def test_a_pipeline_folder_of_another_kind_is_refused_naming_the_difference(
+    demo_build: DemoBuild, tmp_path: Path, component: str, name: str, changes: dict, reason: str
+) -> None:
+    # Each passes StableDiffusionPipeline's class check, and went wrong later: at denoise, or sampling wrongly.
+    folder = _pipeline_with(demo_build, tmp_path, component, name, **changes)
+    assert "not an SD-1.5 pipeline the sd-1 nodes can run" in _refused(folder, reason)
+
+
+def test_a_folder_with_an_unreadable_unet_config_is_refused(demo_build: DemoBuild, tmp_path: Path) -> None:
+    folder = _pipeline_with(demo_build, tmp_path, "unet", "config.json")
+    (folder / "unet" / "config.json").write_text("[1, 2")
+    _refused(folder, "unet/config.json is unreadable")
+    (folder / "unet" / "config.json").write_text("[1, 2]")
+    _refused(folder, "unet/config.json is not a JSON object")
+
+
+@pytest.mark.parametrize(
+    ("names", "family"),
+    [
+        (
+            [
+                "conditioner.embedders.0.transformer.text_model.embeddings.token_embedding.weight",
+                "conditioner.embedders.1.model.token_embedding.weight",
+                "model.diffusion_model.out.2.weight",
+            ],
+            "SDXL",
+        ),
+        (["double_blocks.0.img_attn.qkv.weight", "single_blocks.0.linear1.weight", "img_in.weight"], "FLUX.1"),
+        (["model.diffusion_model.double_blocks.0.img_attn.qkv.weight"], "FLUX.1"),
+    ],
+    ids=["sdxl", "flux", "flux with prefix"],
+)
+def test_a_single_file_of_another_family_says_which_it_looks_like(
+    names: list[str], family: str, tmp_path: Path
+) -> None:
+    header, size = _header_for({name: (4, 4) for name in names})
+    path = _write_safetensors(tmp_path / "other.safetensors", header, size)
+    _refused(path, f"looks like an? {family}")
