@@ -17,6 +17,7 @@ WRITABLE_TYPES = {
     "Q5_0": gguf.GGMLQuantizationType.Q5_0,
     "Q4_1": gguf.GGMLQuantizationType.Q4_1,
     "Q4_0": gguf.GGMLQuantizationType.Q4_0,
+    "BF16": gguf.GGMLQuantizationType.BF16,
 }
 
 

@@ -101,3 +101,29 @@ def test_original_key_layout_gguf(demo_build: DemoBuild, fp32_transformer: torch
     assert (probe.family, probe.format, probe.config_variant) == ("krea2", "gguf", "krea2-demo")
     same_weights = load_component(probe_model(demo_build.gguf), "transformer")
     assert torch.equal(_run(load_component(probe, "transformer")), _run(same_weights))
+
+
+@pytest.mark.parametrize("quant_type", ["Q8_0", "BF16"])
+def test_quantized_modulation_tables_are_dequantized_at_load(
+    fp32_transformer: torch.nn.Module, tmp_path: Path, quant_type: str
+) -> None:
+    # Real converters also quantize (or store as BF16) tensors that are not Linear weights once they pass their
+    # size threshold: the modulation tables here. diffusers leaves those as packed GGUF parameters, and the first
+    # forward pass used to fail on their shape; they are dequantized once at load instead.
+    from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter
+
+    state = fp32_transformer.state_dict()
+    path = tmp_path / f"all-{quant_type}.gguf"
+    stored = write_gguf(state, path, quantize=set(state), quant_type=quant_type)
+    assert stored["transformer_blocks.0.scale_shift_table"] == stored["final_layer.scale_shift_table"] == quant_type
+    model = load_component(probe_model(path), "transformer", dtype=torch.float32)
+    packed = [
+        name
+        for module_name, module in model.named_modules()
+        for name, parameter in module.named_parameters(prefix=module_name, recurse=False)
+        if isinstance(parameter, GGUFParameter) and not isinstance(module, GGUFLinear)
+    ]
+    assert packed == []
+    assert isinstance(model.transformer_blocks[0].attn.to_q, GGUFLinear)  # Linear weights stay quantized
+    reference, approximate = _run(fp32_transformer), _run(model)
+    assert (reference - approximate).abs().max().item() < 0.05
