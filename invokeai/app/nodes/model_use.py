@@ -54,7 +54,7 @@ def reserved(
     """`component` of `record` on the execution device, with the working memory its estimator gives for `facts`
     reserved beside it. `operation` is the estimator's name for the call when it differs from the component's
     (vae_decode, vae_encode)."""
-    config = context.models.load(record, component).config
+    config = context.models.config(record, component)
     estimate = estimate_working_memory(record.family, operation or component, config, facts)
     with context.models.on_device(record, component, estimate.total(facts.device, facts.dtype)) as module:
         yield module

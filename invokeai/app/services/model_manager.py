@@ -82,6 +82,11 @@ class ModelManager:
                 self._small[key] = self._loader(record, component)()
             return self._small[key]
 
+    def config(self, record: ModelRecord, component: str) -> dict[str, Any]:
+        """The component's config, read from the model's files: what an estimate needs, without loading the module
+        (a model larger than the cache would otherwise be loaded twice, once for its config and once to run)."""
+        return architecture(probe_of(record), component)
+
     @contextmanager
     def on_device(self, record: ModelRecord, component: str, working_memory_bytes: int) -> Iterator[torch.nn.Module]:
         """The module on the execution device for the duration of the block, with `working_memory_bytes` free
@@ -118,7 +123,7 @@ class ModelManager:
 
     def _architecture(self, record: ModelRecord, component: str) -> dict[str, Any] | None:
         try:
-            return architecture(probe_of(record), component)
+            return self.config(record, component)
         except (OSError, ValueError, UnsupportedModelError):
             return None  # a config that cannot be read matches nothing: not a model to pair with
 

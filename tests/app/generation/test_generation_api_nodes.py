@@ -33,7 +33,7 @@ from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 from invokeai.backend.models import sd1 as sd1_family
-from invokeai.backend.models.loaders import components_of, load_component
+from invokeai.backend.models.loaders import architecture, components_of, load_component
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -64,6 +64,9 @@ class StandInManager:
 
     def components(self, record: ModelRecord) -> list[str]:
         return list(components_of(probe_of(record)))
+
+    def config(self, record: ModelRecord, component: str) -> dict[str, Any]:
+        return architecture(probe_of(record), component)
 
     def load(self, record: ModelRecord, component: str) -> Any:
         if (record.name, component) not in self._loaded:

@@ -152,3 +152,35 @@ def test_a_context_without_them_says_so() -> None:
     )
     with pytest.raises(RuntimeError, match="needs models"):
         _ = context.models
+
+
+def test_a_model_larger_than_the_cache_is_loaded_once_per_node(
+    manager: ModelManager, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The estimate reads the component's config from its files: loading the module for it would load a model the
+    # cache cannot keep twice, once for the config and once to run, and say twice that it does not fit.
+    import logging
+    import types
+
+    from invokeai.app.nodes.model_use import call_facts, reserved
+    from invokeai.app.services import model_manager as manager_module
+
+    torch.set_num_threads(1)
+    loads: list[str] = []
+    real_load = manager_module.load_component
+
+    def counted(probe, component, **kwargs):  # type: ignore[no-untyped-def]
+        loads.append(component)
+        return real_load(probe, component, **kwargs)
+
+    monkeypatch.setattr(manager_module, "load_component", counted)
+    monkeypatch.setattr(manager.cache, "max_cache_ram_bytes", 0)  # nothing fits
+    caplog.set_level(logging.INFO, logger="invokeai.backend.cache.model_cache")
+    context = types.SimpleNamespace(models=manager)
+    sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    facts = call_facts(context, width=64, height=64)  # type: ignore[arg-type]
+    with reserved(context, sd1, "vae", facts, operation="vae_decode") as vae:  # type: ignore[arg-type]
+        assert isinstance(vae, torch.nn.Module)
+    assert loads == ["vae"]
+    assert sum("does not fit in the model cache" in r.getMessage() for r in caplog.records) == 1
+    assert manager.config(sd1, "vae")["latent_channels"] == vae.config.latent_channels
