@@ -30,7 +30,7 @@ def load_error(root: Path, yaml_text: str | None, **cli: object) -> str:
         ("attention_backed: auto\n", "unknown setting 'attention_backed' (did you mean 'attention_backend'?)"),
         ("port: lots\n", "'port' is 'lots'; expected an integer from 0 to 65535"),
         ("port: 70000\n", "'port' is 70000; expected an integer from 0 to 65535"),
-        ("host: 8\n", "'host' is 8; expected a string"),
+        ("host: 8\n", "'host' is 8; allowed: a host name or IP address"),
         ("use_memory_db: maybe\n", "'use_memory_db' is 'maybe'; expected true or false"),
         ("device: gpu\n", "'device' is 'gpu'; allowed: auto, cpu, cuda, cuda:N, mps, xpu"),
         ("models_dir:\n", "'models_dir' is empty; expected a path"),
