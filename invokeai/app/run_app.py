@@ -6,6 +6,7 @@ import logging
 import sys
 
 from invokeai.app.config import ConfigError, LoadResult, init_root, load_config, parse_args
+from invokeai.app.config.machine import check_machine
 from invokeai.app.logging_setup import configure_logging
 from invokeai.app.server import exit_quietly_on_signals, serve
 from invokeai.app.version import app_version
@@ -31,6 +32,12 @@ def _log_start(loaded: LoadResult, first_run: bool) -> None:
             logger.info("Migration: %s", note)
 
 
+def _refuse(error: ConfigError) -> int:
+    for problem in error.problems:
+        print(f"invokeai-web: error: {problem}", file=sys.stderr)
+    return EXIT_BAD_CONFIG
+
+
 def main(argv: list[str] | None = None) -> int:
     exit_quietly_on_signals()
     args = parse_args(argv, app_version())
@@ -38,12 +45,17 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_config(args)
         first_run = init_root(loaded.config)
     except ConfigError as error:
-        for problem in error.problems:
-            print(f"invokeai-web: error: {problem}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+        return _refuse(error)
     config = loaded.config
     configure_logging(config.log_level)
     _log_start(loaded, first_run)
+    for warning in loaded.warnings:
+        logger.warning("%s", warning)
+    # After the first log line: the device check imports torch, which takes seconds.
+    try:
+        check_machine(loaded)
+    except ConfigError as error:
+        return _refuse(error)
 
     # Imported here rather than at the top: --help and configuration errors need not wait for torch, and the
     # attention kernels must be installed before anything imports diffusers, transformers or model code.

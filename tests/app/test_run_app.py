@@ -46,3 +46,23 @@ def test_attention_is_installed_first_with_the_configured_setting(
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
     assert report == {"code": 0, "calls": [["install", "efficient", "cpu", []], ["serve", "FastAPI", "127.0.0.1", 0]]}
+
+
+def test_an_unknown_environment_variable_is_a_startup_warning(
+    tmp_path: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", STARTUP_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(INVOKEAI_ATENTION_BACKEND="efficient", INVOKEAI_DEVICE="cpu"),
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "[WARNING]" in line]
+    assert len(warnings) == 1 and warnings[0].endswith(
+        "[WARNING] invokeai.app.run_app: environment variable INVOKEAI_ATENTION_BACKEND is not a setting, so it is "
+        "ignored (did you mean INVOKEAI_ATTENTION_BACKEND, setting 'attention_backend'?)"
+    ), result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["calls"][0][:3] == ["install", "auto", "cpu"]  # the misspelt variable changed nothing

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from invokeai.app.config.describe import description, type_name
+from invokeai.app.config.describe import description
 from invokeai.app.config.settings import CONFIG_FILE_NAME, ROOT_ENV_VAR
 
-# Settings that also have a command-line option (--host, --port); their help is the setting's description.
+# Settings that also have a command-line option (--host, --port); their help is the setting's description. Their
+# values stay strings here: the settings validate them as they do the environment's, so that "--port 1_000" is
+# refused as INVOKEAI_PORT=1_000 is (argparse's int() would take it as 1000), with the same message.
 CLI_SETTINGS = ("host", "port")
-_PARSERS = {"integer": int, "string": str}
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,6 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     for name in CLI_SETTINGS:
         parser.add_argument(
             f"--{name}",
-            type=_PARSERS[type_name(name)],
             metavar=name.upper(),
             help=f"{description(name)} (setting {name!r})",
         )
@@ -53,7 +53,8 @@ def build_parser(version: str) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None, version: str) -> CliArgs:
-    """The parsed command line; argparse itself exits with code 2 on a malformed one."""
+    """The parsed command line; argparse itself exits with code 2 on a malformed one (an unknown option, a missing
+    value). The values of the CLI_SETTINGS are checked by load_config."""
     namespace = build_parser(version).parse_args(argv)
     overrides = {name: getattr(namespace, name) for name in CLI_SETTINGS if getattr(namespace, name) is not None}
     return CliArgs(root=namespace.root, config=namespace.config, overrides=overrides)

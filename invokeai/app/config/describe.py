@@ -81,14 +81,15 @@ def allowed_values(name: str) -> str:
     if kind == "boolean":
         return "true or false"
     low, high = _bounds(SETTINGS[name])
-    article = "an" if kind == "integer" else "a"
+    # Infinity and NaN are refused (see settings._as_written), which "a number" alone would not say.
+    words = "an integer" if kind == "integer" else "a finite number" if kind == "number" else f"a {kind}"
     if low is not None and high is not None:
-        return f"{article} {kind} from {low} to {high}"
+        return f"{words} from {low} to {high}"
     if low is not None:
-        return f"{article} {kind} of at least {low}"
+        return f"{words} of at least {low}"
     if high is not None:
-        return f"{article} {kind} of at most {high}"
-    return f"{article} {kind}"
+        return f"{words} of at most {high}"
+    return words
 
 
 def is_enumerated(name: str) -> bool:

@@ -21,6 +21,8 @@ class ConfigError(Exception):
 
 
 def show_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()  # as YAML writes it: `port: true` is reported as true, not True
     return "empty" if value is None else repr(value)
 
 
@@ -31,14 +33,16 @@ def bad_value(subject: str, name: str, value: Any) -> str:
     return f"{subject} is {shown}; {wanted}"
 
 
-def from_validation_error(error: ValidationError, subject: Callable[[str], str]) -> ConfigError:
-    """A ConfigError with one line per invalid setting; `subject(name)` names the source of that setting."""
-    problems = []
+def problems_by_setting(error: ValidationError, subject: Callable[[str], str]) -> dict[str, str]:
+    """One problem line per invalid setting (its first error); `subject(name)` names the source of that setting."""
+    problems: dict[str, str] = {}
     for detail in error.errors():
         name = str(detail["loc"][0]) if detail["loc"] else ""
+        if name in problems:
+            continue
         if name in SETTINGS:
-            problems.append(bad_value(subject(name), name, detail["input"]))
+            problems[name] = bad_value(subject(name), name, detail["input"])
         else:
             # Unknown keys are rejected before validation, so this is a safety net, not a user-facing path.
-            problems.append(f"{subject(name)}: {detail['msg']}")
-    return ConfigError(problems)
+            problems[name] = f"{subject(name)}: {detail['msg']}"
+    return problems

@@ -19,6 +19,7 @@ from invokeai.app.config.describe import (
     type_name,
 )
 from invokeai.app.config.errors import bad_value
+from invokeai.app.config.loader import unknown_env_var_warning
 from invokeai.app.config.migrations import CURRENT_SCHEMA_VERSION, STEPS
 from invokeai.app.config.settings import CONFIG_FILE_NAME, ROOT_ENV_VAR
 from invokeai.app.config.template import default_yaml, render_yaml
@@ -97,8 +98,35 @@ one line per problem that names the source, the setting, the value and what is a
 invokeai-web: error: {example_error}
 ```
 
-A YAML syntax error names the line; an unknown setting names the closest valid one. A failed start never changes
-the settings file.
+Every problem of every source is listed in the one run: unknown settings and invalid values of the file (in the
+file's order), then the environment's, then the command line's. A YAML syntax error names the line (and is the
+only line, since the rest of the file cannot be read); an unknown setting names the closest valid one. A failed
+start never changes the settings file.
+
+Values are taken as written, without the conversions that would surprise:
+
+- a boolean is not a number: `port: true` is refused, not read as port 1;
+- an integer setting takes a whole number or a string of decimal digits (`"9090"`, as environment variables
+  and options always are); `9090.0`, `"1_000"` and `"0x10"` are refused;
+- a number setting takes a decimal number (`2`, `"2.5"`, `"1e3"`); infinity (`.inf`, `"inf"`, `"1e999"`) and
+  NaN are refused, in the file and in environment variables alike;
+- `host` must not be empty, and a path setting must not be empty (an empty path would be the root itself).
+
+Two settings are also checked against the machine, after the values are valid and before the server starts,
+with the same exit code 2 and one line each:
+
+- `device`: `cuda`, `cuda:N`, `mps` or `xpu` on a machine without that device is refused (`auto` always
+  finds one);
+- `db_path`: it must be able to hold a SQLite database: its folder is created where missing, but a file in
+  the way of that folder, a folder at the path itself, or an existing file that is not a SQLite database is
+  refused.
+
+An environment variable `INVOKEAI_<NAME>` that is not a setting is not an error (variables outlive the settings
+they were set for), but it is ignored, so the start logs a warning that names the closest setting:
+
+```
+[WARNING] invokeai.app.run_app: {unknown_env_var_warning("INVOKEAI_ATENTION_BACKEND")}
+```
 
 ## schema_version and migration
 

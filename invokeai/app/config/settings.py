@@ -6,11 +6,13 @@ Adding a setting is one `setting(...)` line here; the YAML template, the generat
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, create_model, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from invokeai.backend.attention.settings import AttentionSetting
@@ -52,6 +54,38 @@ def setting(
     return Field(default, description=description, json_schema_extra=extra, **constraints)
 
 
+_DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _is_finite(value: float | int) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
+
+
+def _as_written(value: Any, info: ValidationInfo) -> Any:
+    """Refuse the conversions pydantic makes that would surprise in a setting: a boolean as a number (`port: true`
+    is not port 1), a fraction as an integer, number strings in Python's syntax ("1_000", "0x10", "inf"), an
+    infinite or NaN number, and an empty path (which pydantic reads as ".", the root itself)."""
+    kind = InvokeAIAppConfig.model_fields[str(info.field_name)].annotation
+    if kind in (int, float):
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        if isinstance(value, str):
+            if not (_DECIMAL_INTEGER if kind is int else _DECIMAL_NUMBER).fullmatch(value.strip()):
+                raise ValueError("not a decimal number")
+            value = int(value) if kind is int else float(value)
+        if kind is int and isinstance(value, float):
+            raise ValueError("not an integer")
+        if isinstance(value, (int, float)) and not _is_finite(value):
+            raise ValueError("not a finite number")
+    if kind is Path and isinstance(value, str) and not value.strip():
+        raise ValueError("an empty path")
+    return value
+
+
 class InvokeAIAppConfig(BaseSettings):
     """InvokeAI's settings. Sources, highest first: command line, environment, the YAML file, defaults.
 
@@ -60,12 +94,15 @@ class InvokeAIAppConfig(BaseSettings):
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, extra="forbid")
+    _as_written = field_validator("*", mode="before")(_as_written)
 
     host: str = setting(
         "127.0.0.1",
         "Address the web server listens on. 0.0.0.0 serves every network interface.",
         startup_only=True,
         common=True,
+        allowed="a host name or IP address, e.g. 127.0.0.1, 0.0.0.0, ::, localhost (not empty)",
+        pattern=r"^\S+$",
     )
     port: int = setting(
         9090,
@@ -224,5 +261,6 @@ class InvokeAIAppConfig(BaseSettings):
 SettingsValues: type[BaseModel] = create_model(
     "SettingsValues",
     __config__=ConfigDict(extra="forbid"),
+    __validators__={"_as_written": field_validator("*", mode="before")(_as_written)},
     **{name: (field.annotation, field) for name, field in InvokeAIAppConfig.model_fields.items()},
 )

@@ -29,6 +29,10 @@ class SettingsFile:
     values: dict[str, Any]  # current-schema settings, without schema_version
     migrated_from: int | None = None
     notes: list[str] = field(default_factory=list)
+    # Keys that are not settings -> their problem line. They are reported with the invalid values of the known
+    # keys, so that one run lists every problem of the file.
+    unknown: dict[str, str] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()  # every key of the (migrated) file in its order, for listing problems in file order
 
 
 def _syntax_problem(path: Path, error: yaml.YAMLError) -> str:
@@ -56,7 +60,8 @@ def _schema_version(path: Path, data: dict[Any, Any]) -> int:
 
 
 def read_settings_file(path: Path) -> SettingsFile:
-    """The file's settings, migrated to the current schema in memory. Raises ConfigError."""
+    """The file's settings, migrated to the current schema in memory, and its unknown keys. Raises ConfigError
+    where the file cannot be read as settings at all (syntax, not a mapping, schema_version, migration)."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
@@ -75,10 +80,14 @@ def read_settings_file(path: Path) -> SettingsFile:
     except MigrationError as error:
         raise ConfigError([f"{path}: {error}"]) from None
 
-    unknown = [_unknown_key_problem(path, key) for key in values if key not in SETTINGS]
-    if unknown:
-        raise ConfigError(unknown)
-    return SettingsFile(path, values, version if version < CURRENT_SCHEMA_VERSION else None, notes)
+    return SettingsFile(
+        path,
+        {key: value for key, value in values.items() if key in SETTINGS},
+        version if version < CURRENT_SCHEMA_VERSION else None,
+        notes,
+        unknown={str(key): _unknown_key_problem(path, key) for key in values if key not in SETTINGS},
+        keys=tuple(str(key) for key in values),
+    )
 
 
 def _write_atomically(path: Path, text: str) -> None:
