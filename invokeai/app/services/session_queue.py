@@ -92,7 +92,9 @@ def _status_fields(row: sqlite3.Row) -> dict[str, Any]:
     return {name: row[name] for name in _STATUS_COLUMNS}
 
 
-def _loads(text: str) -> Any:
+def _loads(text: object) -> Any:
+    if not isinstance(text, str):
+        raise TypeError(f"a JSON column holds {type(text).__name__}, not text")
     value = json.loads(text)
     if _ESCAPED_SURROGATE.search(text):
         # Raises UnicodeEncodeError (a ValueError) for a lone surrogate, which no response could carry.

@@ -14,6 +14,10 @@ from invokeai.app.services.migrations import MIGRATIONS, Migration, run_migratio
 _AUTO_VACUUM_INCREMENTAL = 2
 
 
+def _decode_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
 class SqliteDatabase:
     """The embedded database: a file under the root, or memory when `path` is None (use_memory_db).
 
@@ -32,6 +36,9 @@ class SqliteDatabase:
             ":memory:" if path is None else str(path), check_same_thread=False, isolation_level=None, timeout=30
         )
         self._conn.row_factory = sqlite3.Row
+        # A damaged byte in one text value must not make every query that reads it fail ("Could not decode to
+        # UTF-8"): it reads back as U+FFFD, and the service that owns the value decides whether it still makes sense.
+        self._conn.text_factory = _decode_text
         self._conn.execute("PRAGMA foreign_keys = ON")
         if path is not None:
             # INCREMENTAL: pages freed by a queue clear or prune can be handed back to the file system

@@ -105,6 +105,7 @@ def _corrupt(db: SqliteDatabase, item_id: int, column: str, value: object) -> No
     ("column", "value"),
     [
         ("field_values", "not json"),
+        ("field_values", b"[]"),
         ("field_values", '[{"node_path": "n", "field_name": "value", "value": null}]'),
         ("field_values", '[{"node_path": "gone", "field_name": "value", "value": 1}]'),
         ("results", '{"n": {"type": "integer_output", "value": "\\ud800"}}'),
@@ -127,6 +128,14 @@ def test_a_damaged_row_reads_back_with_its_reason_and_the_others_are_intact(
     assert [item.read_error for item in (items[0], items[2])] == [None, None]
     assert queue.get("default", ids[1]).read_error == broken.read_error
     assert queue.cancel("default", ids[1]).status == "canceled"
+
+
+def test_text_that_is_not_utf_8_reads_back_instead_of_failing_every_query(db: SqliteDatabase, events: EventBus) -> None:
+    queue = SessionQueue(db, events, max_queue_size=20)
+    ids = queue.enqueue_batch("default", integer_batch(runs=2)).item_ids
+    db.execute("UPDATE session_queue SET error_message = CAST(X'FF41' AS TEXT) WHERE item_id = ?", (ids[1],))
+    items, _ = queue.list_items("default", None, 0, 10)
+    assert items[1].error_message == "\ufffdA" and items[1].read_error is None
 
 
 def test_a_graph_that_no_longer_validates_is_a_read_error(db: SqliteDatabase, events: EventBus) -> None:
