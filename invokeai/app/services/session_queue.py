@@ -115,6 +115,8 @@ def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], graphs: GraphCa
         return graph
     nodes = dict(data["nodes"])
     for value in field_values:
+        if value.node_path not in nodes:
+            raise ValueError(f"its batch data names node {value.node_path!r}, which its graph does not have")
         nodes[value.node_path] = {**nodes[value.node_path], value.field_name: value.value}
     return Graph.model_validate({**data, "nodes": nodes})
 
