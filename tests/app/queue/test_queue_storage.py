@@ -257,3 +257,18 @@ def test_migration_4_keeps_old_items_their_graphs_and_the_id_counter(db_path: Pa
         assert queue.enqueue_batch("default", integer_batch()).item_ids == [4]
     finally:
         new.close()
+
+
+def test_a_waiting_processor_takes_a_retried_item_at_once(
+    queue: SessionQueue, images: ImageService, events: EventBus, recorder: EventRecorder
+) -> None:
+    canceled, done = queue.enqueue_batch("default", integer_batch(runs=2)).item_ids
+    queue.cancel("default", canceled)
+    worker = SessionProcessor(queue, images, events)
+    worker.start()
+    try:
+        recorder.wait_status(done, "completed")
+        [retried] = queue.retry_items_by_id("default", [canceled]).item_ids  # the worker is waiting for a wake-up
+        assert recorder.wait_status(retried, "completed", "failed") == "completed"
+    finally:
+        worker.stop()
