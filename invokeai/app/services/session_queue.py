@@ -67,8 +67,7 @@ class RetryRefusedError(ValueError):
 
 # The columns a queue_item_status_changed event repeats from the item, under the same names.
 _STATUS_COLUMNS = tuple(name for name in QueueItemStatusChangedEvent.model_fields if name != "timestamp")
-# An item with its graph: the graph is stored once per batch (migration 4).
-_SELECT_ITEMS = "SELECT q.*, g.graph FROM session_queue q LEFT JOIN session_queue_graphs g USING (graph_id)"
+_SELECT_ITEMS = "SELECT * FROM session_queue q"  # without the graph text: see SessionQueue._items
 # A JSON escape of a UTF-16 surrogate: json.loads turns a lone one into a str that cannot be encoded as UTF-8.
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _READ_ERROR_CHARS = 500
@@ -86,6 +85,8 @@ _STAND_INS: dict[str, Any] = {
 
 # graph_id -> the stored graph's JSON, parsed, and the Graph itself: one read serves every item of a batch.
 GraphCache = dict[int, tuple[dict[str, Any], Graph]]
+# graph_id -> the stored graph's text (None: the row is missing).
+GraphTexts = dict[int, str | None]
 
 
 def _status_fields(row: sqlite3.Row) -> dict[str, Any]:
@@ -102,13 +103,14 @@ def _loads(text: object) -> Any:
     return value
 
 
-def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], graphs: GraphCache) -> Graph:
+def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], texts: GraphTexts, graphs: GraphCache) -> Graph:
     """The batch's graph with this item's batch data put in (validated when the batch was enqueued)."""
     graph_id = row["graph_id"]
     if graph_id not in graphs:
-        if row["graph"] is None:
+        text = texts.get(graph_id)
+        if text is None:
             raise ValueError(f"its graph (graph_id {graph_id}) is missing")
-        data = _loads(row["graph"])
+        data = _loads(text)
         graphs[graph_id] = (data, Graph.model_validate(data))
     data, graph = graphs[graph_id]
     if not field_values:
@@ -121,7 +123,7 @@ def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], graphs: GraphCa
     return Graph.model_validate({**data, "nodes": nodes})
 
 
-def _item(row: sqlite3.Row, graphs: GraphCache | None = None) -> SessionQueueItem:
+def _item(row: sqlite3.Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
     """The item as stored; a row that cannot be read back (damaged) is returned with read_error saying why."""
     try:
         field_values = (
@@ -136,7 +138,7 @@ def _item(row: sqlite3.Row, graphs: GraphCache | None = None) -> SessionQueueIte
             field_values=field_values or None,
             session=SessionState(
                 id=row["session_id"],
-                graph=_graph(row, field_values, {} if graphs is None else graphs),
+                graph=_graph(row, field_values, texts, graphs),
                 results=_loads(row["results"]) if row["results"] else {},
             ),
         )
@@ -182,6 +184,20 @@ class SessionQueue:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
+
+    def _items(self, rows: Sequence[sqlite3.Row]) -> list[SessionQueueItem]:
+        """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
+        graph_ids = list({row["graph_id"] for row in rows})
+        texts: GraphTexts = {}
+        for start in range(0, len(graph_ids), 500):  # SQLite's limit on bound parameters
+            chunk = graph_ids[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            found = self._db.execute(
+                f"SELECT graph_id, graph FROM session_queue_graphs WHERE graph_id IN ({marks})", chunk
+            )
+            texts.update({row["graph_id"]: row["graph"] for row in found})
+        graphs: GraphCache = {}
+        return [_item(row, texts, graphs) for row in rows]
 
     def _publish_changes(self, rows: Sequence[sqlite3.Row]) -> None:
         for row in rows:
@@ -304,19 +320,14 @@ class SessionQueue:
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
         now = now_iso()
         with self._db.transaction() as cursor:
-            taken = cursor.execute(
+            rows = cursor.execute(
                 "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ? WHERE item_id = "
                 "(SELECT item_id FROM session_queue WHERE status = 'pending' ORDER BY priority DESC, item_id LIMIT 1) "
-                "RETURNING item_id",
+                "RETURNING *",
                 (now, now),
             ).fetchall()
-            rows = (
-                cursor.execute(f"{_SELECT_ITEMS} WHERE q.item_id = ?", (taken[0]["item_id"],)).fetchall()
-                if taken
-                else []
-            )
         self._publish_changes(rows)
-        return _item(rows[0]) if rows else None
+        return self._items(rows)[0] if rows else None
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
         """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
@@ -426,7 +437,7 @@ class SessionQueue:
         rows = self._db.execute(f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id = ?", (queue_id, item_id))
         if not rows:
             raise QueueItemNotFoundError(f"queue {queue_id!r} has no item {item_id}")
-        return _item(rows[0])
+        return self._items(rows)[0]
 
     def list_items(
         self, queue_id: str, status: QueueItemStatus | None, offset: int, limit: int
@@ -442,8 +453,7 @@ class SessionQueue:
             rows = self._db.execute(
                 f"{_SELECT_ITEMS} WHERE {where} ORDER BY q.item_id LIMIT ? OFFSET ?", (*params, limit, offset)
             )
-        graphs: GraphCache = {}
-        return [_item(row, graphs) for row in rows], int(total)
+        return self._items(rows), int(total)
 
     # The processor's pause, kept in the database so that it lasts across a restart.
 
