@@ -54,6 +54,8 @@ def _item(row: sqlite3.Row) -> SessionQueueItem:
     return SessionQueueItem(
         **_status_fields(row),
         priority=row["priority"],
+        origin=row["origin"],
+        destination=row["destination"],
         field_values=json.loads(row["field_values"]) if row["field_values"] else None,
         session=SessionState(
             id=row["session_id"],
@@ -108,13 +110,15 @@ class SessionQueue:
                 for session in sessions:
                     field_values = [value.model_dump(mode="json") for value in session.field_values]
                     cursor.execute(
-                        "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, field_values, graph, "
-                        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
+                        "field_values, graph, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             queue_id,
                             batch.batch_id,
                             new_id(),
                             priority,
+                            batch.origin,
+                            batch.destination,
                             json.dumps(field_values) if field_values else None,
                             session.graph.model_dump_json(),
                             now,
