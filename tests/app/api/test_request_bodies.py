@@ -14,7 +14,6 @@ import pytest
 from api_support import QUEUE, MakeClient, graph_json, node, wait_finished
 from fastapi.testclient import TestClient
 
-from invokeai.app.api.errors import ErrorResponse
 from invokeai.app.api.openapi import openapi_document
 
 ENQUEUE = f"{QUEUE}/enqueue_batch"
@@ -236,6 +235,8 @@ def test_after_refused_bodies_the_queue_runs_and_answers(client: TestClient) -> 
 )
 def test_an_error_body_is_sent_even_when_it_holds_what_json_cannot_carry(content: dict[str, Any]) -> None:
     # The decoder keeps such values out of error answers; this is the net under it.
+    from invokeai.app.api.errors import ErrorResponse
+
     rendered = strict_json(ErrorResponse(content, status_code=422).body)
     assert "\\ud800" in json.dumps(rendered) or "\\udfff" in json.dumps(rendered)
     assert "nan" in json.dumps(rendered)
