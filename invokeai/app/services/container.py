@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.events import EventBus
-from invokeai.app.services.images import ImageService
+from invokeai.app.services.images import THUMBNAILS_DIR, ImageService
 from invokeai.app.services.model_install import ModelInstallService
 from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelRecordService
@@ -41,6 +42,7 @@ class Services:
         if recovered:
             logger.info("Canceled %d queue item(s) that were running when the server last stopped", recovered)
         self.installer.remove_stale_staging()
+        remove_leftover_temporaries(self.images.outputs_dir)
         if demo_models:
             from invokeai.app.services.demo_models import install_demo_models
 
@@ -55,6 +57,15 @@ class Services:
     def stop(self) -> None:
         self.processor.stop()
         self.db.close()
+
+
+def remove_leftover_temporaries(outputs_dir: Path) -> None:
+    """An image is written to a .tmp-* file and renamed into place; a kill in between leaves the .tmp-* behind."""
+    for folder in (outputs_dir, outputs_dir / THUMBNAILS_DIR):
+        for leftover in folder.glob(".tmp-*"):
+            if leftover.is_file():
+                leftover.unlink(missing_ok=True)
+                logger.info("Removed %s, left by an image write that did not finish", leftover)
 
 
 def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:

@@ -110,6 +110,42 @@ class BatchEnqueuedEvent(EventBase):
     priority: int
 
 
+class QueueItemsCanceledEvent(EventBase):
+    """Several items were canceled by one request (cancel_by_batch_ids, clear, or a restart after a crash): one
+    event for all of them, so that a bulk cancel cannot outrun a client reading the stream."""
+
+    event_name: ClassVar[str] = "queue_items_canceled"
+
+    item_ids: list[int] = Field(description="The items now canceled (pending or running before).")
+    batch_ids: list[str] = Field(description="Their batches, each once.")
+    cancel_reason: str
+
+
+class QueueClearedEvent(EventBase):
+    """Every item of the queue was deleted (a running one was canceled first: see queue_items_canceled)."""
+
+    event_name: ClassVar[str] = "queue_cleared"
+
+    deleted: int
+
+
+class QueuePrunedEvent(EventBase):
+    """The queue's finished (completed, failed and canceled) items were deleted."""
+
+    event_name: ClassVar[str] = "queue_pruned"
+
+    deleted: int
+
+
+class QueueItemsRetriedEvent(EventBase):
+    """Failed or canceled items were enqueued again as new pending items."""
+
+    event_name: ClassVar[str] = "queue_items_retried"
+
+    retried_item_ids: list[int] = Field(description="The original items.")
+    item_ids: list[int] = Field(description="The new pending items, in the same order.")
+
+
 class ModelEventBase(EventBase):
     """Model events concern the whole server rather than one queue: every queue's stream gets them."""
 
@@ -152,6 +188,10 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     InvocationCompleteEvent,
     InvocationErrorEvent,
     BatchEnqueuedEvent,
+    QueueItemsCanceledEvent,
+    QueueClearedEvent,
+    QueuePrunedEvent,
+    QueueItemsRetriedEvent,
     ModelInstallProgressEvent,
     ModelInstallCompleteEvent,
     ModelInstallErrorEvent,
@@ -165,6 +205,10 @@ EventName = Literal[
     "invocation_complete",
     "invocation_error",
     "batch_enqueued",
+    "queue_items_canceled",
+    "queue_cleared",
+    "queue_pruned",
+    "queue_items_retried",
     "model_install_progress",
     "model_install_complete",
     "model_install_error",
@@ -178,6 +222,10 @@ AnyEvent = Annotated[
     | InvocationCompleteEvent
     | InvocationErrorEvent
     | BatchEnqueuedEvent
+    | QueueItemsCanceledEvent
+    | QueueClearedEvent
+    | QueuePrunedEvent
+    | QueueItemsRetriedEvent
     | ModelInstallProgressEvent
     | ModelInstallCompleteEvent
     | ModelInstallErrorEvent,

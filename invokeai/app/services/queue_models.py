@@ -113,7 +113,29 @@ class SessionQueueItem(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
-    session: SessionState
+    retried_from_item_id: int | None = Field(
+        None, description="For an item made by retry_items_by_id: the failed or canceled item it retries."
+    )
+    read_error: str | None = Field(
+        None,
+        description="Set when the stored item cannot be read back (a damaged row): why. Its session and "
+        "field_values are then null; a pending one fails when the processor takes it.",
+    )
+    session: SessionState | None = Field(description="Null only for an item that cannot be read (read_error).")
+
+
+class RetryItemsByIdBody(BaseModel):
+    item_ids: list[Annotated[int, Field(ge=1, le=MAX_SQL_INT)]] = Field(
+        description="Failed or canceled items of this queue, each enqueued again as a new pending item.",
+        min_length=1,
+        max_length=1000,
+    )
+
+
+class RetryItemsResult(BaseModel):
+    queue_id: str
+    retried_item_ids: list[int] = Field(description="The items retried, in the order given (each once).")
+    item_ids: list[int] = Field(description="The new pending items, one per retried item, in the same order.")
 
 
 class SessionQueueItemPage(BaseModel):

@@ -14,7 +14,7 @@ from PIL import Image
 from pydantic import BaseModel, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, CanceledError, InvocationContext
-from invokeai.app.nodes.graph import execution_order, prepare_node
+from invokeai.app.nodes.graph import Graph, execution_order, prepare_node
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     EventBase,
@@ -24,6 +24,7 @@ from invokeai.app.services.events import (
     InvocationProgressEvent,
     InvocationStartedEvent,
     ProgressImage,
+    QueueItemsRetriedEvent,
 )
 from invokeai.app.services.images import ImageService
 from invokeai.app.services.model_manager import ModelManager
@@ -35,6 +36,7 @@ from invokeai.backend.attention import attention_caller
 logger = logging.getLogger(__name__)
 
 PREVIEW_MAX_SIDE = 256
+UNREADABLE_ERROR_TYPE = "UnreadableQueueItem"
 
 
 class ProcessorStatus(BaseModel):
@@ -71,9 +73,14 @@ class SessionProcessor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._paused = threading.Event()
+        # A pause lasts across a restart: whoever paused it expects no item to start until they resume.
+        if queue.is_paused():
+            self._paused.set()
         self._running_item: int | None = None
         self._thread: threading.Thread | None = None
-        events.add_listener(self._on_enqueued, frozenset({BatchEnqueuedEvent.event_name}))
+        events.add_listener(
+            self._on_enqueued, frozenset({BatchEnqueuedEvent.event_name, QueueItemsRetriedEvent.event_name})
+        )
 
     def _on_enqueued(self, event: EventBase) -> None:
         self._wake.set()
@@ -96,11 +103,13 @@ class SessionProcessor:
             self._thread = None
 
     def pause(self) -> ProcessorStatus:
-        """Take no further items; the running one (if any) runs to its end."""
+        """Take no further items; the running one (if any) runs to its end. Kept across a restart."""
+        self._queue.set_paused(True)
         self._paused.set()
         return self.status()
 
     def resume(self) -> ProcessorStatus:
+        self._queue.set_paused(False)
         self._paused.clear()
         self._wake.set()
         return self.status()
@@ -140,14 +149,20 @@ class SessionProcessor:
         return SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON
 
     def _run_item(self, item: SessionQueueItem) -> None:
-        graph_json = item.session.graph.model_dump(mode="json")
+        if item.session is None:
+            # A damaged row: it fails with the reason, and the worker goes on to the next item.
+            logger.warning("Queue item %d cannot be run: %s", item.item_id, item.read_error)
+            self._queue.fail(item.item_id, UNREADABLE_ERROR_TYPE, item.read_error or "unreadable", "", {})
+            return
+        graph = item.session.graph
+        graph_json = graph.model_dump(mode="json")
         outputs: dict[str, BaseInvocationOutput] = {}
         results: dict[str, dict[str, Any]] = {}
         try:
-            for node_id in execution_order(item.session.graph):
+            for node_id in execution_order(graph):
                 if self._is_canceled(item.item_id):
                     raise CanceledError(f"canceled before node {node_id!r}")
-                outputs[node_id] = self._run_node(item, graph_json, node_id, outputs)
+                outputs[node_id] = self._run_node(item, graph, graph_json, node_id, outputs)
                 results[node_id] = outputs[node_id].model_dump(mode="json")
         except CanceledError:
             self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
@@ -164,13 +179,18 @@ class SessionProcessor:
                 self._tensors.delete_owned(item.session_id)
 
     def _run_node(
-        self, item: SessionQueueItem, graph_json: dict[str, Any], node_id: str, outputs: dict[str, BaseInvocationOutput]
+        self,
+        item: SessionQueueItem,
+        graph: Graph,
+        graph_json: dict[str, Any],
+        node_id: str,
+        outputs: dict[str, BaseInvocationOutput],
     ) -> BaseInvocationOutput:
         """Prepare and invoke one node, with its events; the only place a node runs."""
-        node_type = item.session.graph.nodes[node_id].type
+        node_type = graph.nodes[node_id].type
         ids = _ids(item, node_id, node_type)
         try:
-            node = prepare_node(item.session.graph, node_id, outputs)
+            node = prepare_node(graph, node_id, outputs)
 
             def on_progress(step: int, total: int, make_preview: Callable[[], Image.Image] | None) -> None:
                 # Unwatched, a step costs nothing here: the preview (a GPU sync and a JPEG) is made for a reader.

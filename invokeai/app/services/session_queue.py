@@ -7,19 +7,35 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from invokeai.app.nodes.graph import Graph
 from invokeai.app.services.batch import expand_batch, item_count
-from invokeai.app.services.events import BatchEnqueuedEvent, EventBus, QueueItemStatusChangedEvent
+from invokeai.app.services.events import (
+    BatchEnqueuedEvent,
+    EventBus,
+    QueueClearedEvent,
+    QueueItemsCanceledEvent,
+    QueueItemsRetriedEvent,
+    QueueItemStatusChangedEvent,
+    QueuePrunedEvent,
+)
 from invokeai.app.services.queue_models import (
     FINISHED_STATUSES,
     QUEUE_ITEM_STATUSES,
     Batch,
     EnqueueBatchResult,
+    NodeFieldValue,
     QueueCounts,
     QueueItemStatus,
+    RetryItemsResult,
     SessionQueueItem,
     SessionState,
     new_id,
@@ -42,31 +58,127 @@ class QueueItemNotFoundError(KeyError):
     pass
 
 
+RETRYABLE_STATUSES = ("failed", "canceled")
+
+
+class RetryRefusedError(ValueError):
+    """retry_items_by_id named an item that is not failed or canceled; nothing was enqueued."""
+
+
 # The columns a queue_item_status_changed event repeats from the item, under the same names.
 _STATUS_COLUMNS = tuple(name for name in QueueItemStatusChangedEvent.model_fields if name != "timestamp")
+_SELECT_ITEMS = "SELECT * FROM session_queue q"  # without the graph text: see SessionQueue._items
+# A JSON escape of a UTF-16 surrogate: json.loads turns a lone one into a str that cannot be encoded as UTF-8.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_READ_ERROR_CHARS = 500
+_NO_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+# For a damaged column that the item cannot do without (the schema's constraints make these all but impossible).
+_STAND_INS: dict[str, Any] = {
+    "queue_id": "",
+    "batch_id": "",
+    "session_id": "",
+    "status": "failed",
+    "priority": 0,
+    "created_at": _NO_TIME,
+    "updated_at": _NO_TIME,
+}
+
+# graph_id -> the stored graph's JSON, parsed, and the Graph itself: one read serves every item of a batch.
+GraphCache = dict[int, tuple[dict[str, Any], Graph]]
+# graph_id -> the stored graph's text (None: the row is missing).
+GraphTexts = dict[int, str | None]
 
 
 def _status_fields(row: sqlite3.Row) -> dict[str, Any]:
     return {name: row[name] for name in _STATUS_COLUMNS}
 
 
-def _item(row: sqlite3.Row) -> SessionQueueItem:
+def _loads(text: object) -> Any:
+    if not isinstance(text, str):
+        raise TypeError(f"a JSON column holds {type(text).__name__}, not text")
+    value = json.loads(text)
+    if _ESCAPED_SURROGATE.search(text):
+        # Raises UnicodeEncodeError (a ValueError) for a lone surrogate, which no response could carry.
+        json.dumps(value, ensure_ascii=False).encode()
+    return value
+
+
+def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], texts: GraphTexts, graphs: GraphCache) -> Graph:
+    """The batch's graph with this item's batch data put in (validated when the batch was enqueued)."""
+    graph_id = row["graph_id"]
+    if graph_id not in graphs:
+        text = texts.get(graph_id)
+        if text is None:
+            raise ValueError(f"its graph (graph_id {graph_id}) is missing")
+        data = _loads(text)
+        graphs[graph_id] = (data, Graph.model_validate(data))
+    data, graph = graphs[graph_id]
+    if not field_values:
+        return graph
+    nodes = dict(data["nodes"])
+    for value in field_values:
+        if value.node_path not in nodes:
+            raise ValueError(f"its batch data names node {value.node_path!r}, which its graph does not have")
+        nodes[value.node_path] = {**nodes[value.node_path], value.field_name: value.value}
+    return Graph.model_validate({**data, "nodes": nodes})
+
+
+def _item(row: sqlite3.Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
+    """The item as stored; a row that cannot be read back (damaged) is returned with read_error saying why."""
+    try:
+        field_values = (
+            [NodeFieldValue.model_validate(value) for value in _loads(row["field_values"])]
+            if row["field_values"]
+            else []
+        )
+        return SessionQueueItem(
+            **_status_fields(row),
+            priority=row["priority"],
+            origin=row["origin"],
+            destination=row["destination"],
+            retried_from_item_id=row["retried_from_item_id"],
+            field_values=field_values or None,
+            session=SessionState(
+                id=row["session_id"],
+                graph=_graph(row, field_values, texts, graphs),
+                results=_loads(row["results"]) if row["results"] else {},
+            ),
+        )
+    except Exception as error:  # whatever is wrong with one stored row, the others stay readable
+        logger.warning("Queue item %s cannot be read: %s: %s", row["item_id"], type(error).__name__, error)
+        return _unreadable_item(row, error)
+
+
+@cache
+def _adapter(name: str) -> TypeAdapter[Any]:
+    return TypeAdapter(SessionQueueItem.model_fields[name].annotation)
+
+
+def _unreadable_item(row: sqlite3.Row, error: Exception) -> SessionQueueItem:
+    """Every column that still reads as its type, without the session; read_error says what is wrong."""
+    reason = f"the stored item cannot be read: {type(error).__name__}: {error}"
+    if len(reason) > _READ_ERROR_CHARS:
+        reason = reason[: _READ_ERROR_CHARS - 3] + "..."
+    fields: dict[str, Any] = {}
+    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id"):
+        try:
+            fields[name] = _adapter(name).validate_python(row[name])
+        except Exception:  # a damaged column is left out, as far as its type allows
+            fields[name] = _STAND_INS.get(name)
     return SessionQueueItem(
-        **_status_fields(row),
-        priority=row["priority"],
-        origin=row["origin"],
-        destination=row["destination"],
-        field_values=json.loads(row["field_values"]) if row["field_values"] else None,
-        session=SessionState(
-            id=row["session_id"],
-            graph=json.loads(row["graph"]),
-            results=json.loads(row["results"]) if row["results"] else {},
-        ),
+        **fields,
+        field_values=None,
+        session=None,
+        read_error=reason.encode("utf-8", "replace").decode("utf-8"),
     )
 
 
 def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
-    return QueueItemStatusChangedEvent(**_status_fields(row))
+    try:
+        return QueueItemStatusChangedEvent(**_status_fields(row))
+    except ValueError as error:  # a damaged row: the event says what still reads
+        item = _unreadable_item(row, error)
+        return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS})
 
 
 class SessionQueue:
@@ -74,6 +186,20 @@ class SessionQueue:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
+
+    def _items(self, rows: Sequence[sqlite3.Row]) -> list[SessionQueueItem]:
+        """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
+        graph_ids = list({row["graph_id"] for row in rows})
+        texts: GraphTexts = {}
+        for start in range(0, len(graph_ids), 500):  # SQLite's limit on bound parameters
+            chunk = graph_ids[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            found = self._db.execute(
+                f"SELECT graph_id, graph FROM session_queue_graphs WHERE graph_id IN ({marks})", chunk
+            )
+            texts.update({row["graph_id"]: row["graph"] for row in found})
+        graphs: GraphCache = {}
+        return [_item(row, texts, graphs) for row in rows]
 
     def _publish_changes(self, rows: Sequence[sqlite3.Row]) -> None:
         for row in rows:
@@ -92,6 +218,7 @@ class SessionQueue:
     def enqueue_batch(self, queue_id: str, batch: Batch, prepend: bool = False) -> EnqueueBatchResult:
         """Validate every graph of the batch, then insert all its items in one transaction, or none.
 
+        The graph is stored once for the whole batch, each item with only its batch data (field_values).
         Raises InvalidBatchError (a bad graph or datum) or QueueFullError.
         """
         requested = item_count(batch)
@@ -99,33 +226,47 @@ class SessionQueue:
         self._check_room(self.counts_by_status()["pending"], requested)
         sessions = expand_batch(batch)
         now = now_iso()
+        values = [
+            json.dumps([value.model_dump(mode="json") for value in session.field_values])
+            if session.field_values
+            else None
+            for session in sessions
+        ]
         with self._db.transaction() as cursor:
             self._check_room(self._pending_count(cursor), requested)
             priority = 0
             if prepend:
                 top = cursor.execute("SELECT MAX(priority) FROM session_queue WHERE status = 'pending'").fetchone()[0]
                 priority = max(top or 0, 0) + 1
-            item_ids = []
-            for _ in range(batch.runs):
-                for session in sessions:
-                    field_values = [value.model_dump(mode="json") for value in session.field_values]
-                    cursor.execute(
-                        "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
-                        "field_values, graph, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            queue_id,
-                            batch.batch_id,
-                            new_id(),
-                            priority,
-                            batch.origin,
-                            batch.destination,
-                            json.dumps(field_values) if field_values else None,
-                            session.graph.model_dump_json(),
-                            now,
-                            now,
-                        ),
+            cursor.execute("INSERT INTO session_queue_graphs (graph) VALUES (?)", (batch.graph.model_dump_json(),))
+            graph_id = cursor.lastrowid
+            cursor.executemany(
+                "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, graph_id, "
+                "field_values, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        queue_id,
+                        batch.batch_id,
+                        new_id(),
+                        priority,
+                        batch.origin,
+                        batch.destination,
+                        graph_id,
+                        field_values,
+                        now,
+                        now,
                     )
-                    item_ids.append(int(cursor.lastrowid or 0))
+                    for _ in range(batch.runs)
+                    for field_values in values
+                ],
+            )
+            # The graph row is this request's own: its items are exactly the ones just inserted, in order.
+            item_ids = [
+                int(row[0])
+                for row in cursor.execute(
+                    "SELECT item_id FROM session_queue WHERE graph_id = ? ORDER BY item_id", (graph_id,)
+                ).fetchall()
+            ]
         result = EnqueueBatchResult(
             queue_id=queue_id,
             enqueued=len(item_ids),
@@ -145,8 +286,51 @@ class SessionQueue:
         )
         return result
 
+    def retry_items_by_id(self, queue_id: str, item_ids: Sequence[int]) -> RetryItemsResult:
+        """Enqueue each failed or canceled item again as a new pending item (same graph, data and priority) that
+        links to it; all or none.
+
+        Raises QueueItemNotFoundError for an id not in the queue, RetryRefusedError for an item that is not failed
+        or canceled, QueueFullError when the new items do not fit.
+        """
+        wanted = list(dict.fromkeys(item_ids))
+        marks = ", ".join("?" for _ in wanted)
+        now = now_iso()
+        with self._db.transaction() as cursor:
+            rows = {
+                row["item_id"]: row
+                for row in cursor.execute(
+                    f"SELECT item_id, status FROM session_queue WHERE queue_id = ? AND item_id IN ({marks})",
+                    (queue_id, *wanted),
+                ).fetchall()
+            }
+            missing = [item_id for item_id in wanted if item_id not in rows]
+            if missing:
+                raise QueueItemNotFoundError(f"queue {queue_id!r} has no item {', '.join(map(str, missing))}")
+            unfinished = [f"{i} ({rows[i]['status']})" for i in wanted if rows[i]["status"] not in RETRYABLE_STATUSES]
+            if unfinished:
+                raise RetryRefusedError(
+                    "only failed or canceled items can be retried; these are not: " + ", ".join(unfinished)
+                )
+            self._check_room(self._pending_count(cursor), len(wanted))
+            new_ids = []
+            for item_id in wanted:
+                cursor.execute(
+                    "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
+                    "graph_id, field_values, retried_from_item_id, created_at, updated_at) "
+                    "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, item_id, "
+                    "?, ? FROM session_queue WHERE item_id = ?",
+                    (new_id(), now, now, item_id),
+                )
+                new_ids.append(int(cursor.lastrowid or 0))
+        result = RetryItemsResult(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids)
+        self._events.publish(QueueItemsRetriedEvent(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids))
+        return result
+
     def dequeue(self) -> SessionQueueItem | None:
-        """Mark the next pending item (highest priority, then oldest) in_progress and return it."""
+        """Mark the next pending item (highest priority, then oldest) in_progress and return it.
+
+        An item that cannot be read back comes with read_error set and no session: the caller fails it."""
         now = now_iso()
         with self._db.transaction() as cursor:
             rows = cursor.execute(
@@ -156,7 +340,7 @@ class SessionQueue:
                 (now, now),
             ).fetchall()
         self._publish_changes(rows)
-        return _item(rows[0]) if rows else None
+        return self._items(rows)[0] if rows else None
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
         """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
@@ -189,13 +373,29 @@ class SessionQueue:
     def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[sqlite3.Row]:
         now = now_iso()
         with self._db.transaction() as cursor:
-            rows = cursor.execute(
+            return cursor.execute(
                 "UPDATE session_queue SET status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ? "
                 f"WHERE status IN ('pending', 'in_progress') AND ({where}) RETURNING *",
                 (reason, now, now, *params),
             ).fetchall()
-        self._publish_changes(rows)
-        return rows
+
+    def _cancel_many(self, where: str, params: Sequence[Any], reason: str) -> int:
+        """Cancel every pending or running item that matches, announced by one queue_items_canceled per queue:
+        one event per item would make a bulk cancel look, to every reader of the stream, like falling behind."""
+        rows = self._cancel_where(where, params, reason)
+        by_queue: dict[str, list[sqlite3.Row]] = {}
+        for row in rows:
+            by_queue.setdefault(row["queue_id"], []).append(row)
+        for queue_id, canceled in by_queue.items():
+            self._events.publish(
+                QueueItemsCanceledEvent(
+                    queue_id=queue_id,
+                    item_ids=[row["item_id"] for row in canceled],
+                    batch_ids=list(dict.fromkeys(row["batch_id"] for row in canceled)),
+                    cancel_reason=reason,
+                )
+            )
+        return len(rows)
 
     def cancel_running(self, item_id: int, reason: str, results: dict[str, dict[str, Any]]) -> bool:
         """For the processor: the running item stopped because it was canceled (or the server is stopping)."""
@@ -203,32 +403,43 @@ class SessionQueue:
 
     def cancel(self, queue_id: str, item_id: int, reason: str = CANCEL_REASON) -> SessionQueueItem:
         """Cancel a pending or running item; a finished one is returned unchanged."""
-        self._cancel_where("queue_id = ? AND item_id = ?", (queue_id, item_id), reason)
+        self._publish_changes(self._cancel_where("queue_id = ? AND item_id = ?", (queue_id, item_id), reason))
         return self.get(queue_id, item_id)
 
     def cancel_by_batch_ids(self, queue_id: str, batch_ids: Sequence[str], reason: str = CANCEL_REASON) -> int:
         if not batch_ids:
             return 0
         marks = ", ".join("?" for _ in batch_ids)
-        return len(self._cancel_where(f"queue_id = ? AND batch_id IN ({marks})", (queue_id, *batch_ids), reason))
+        return self._cancel_many(f"queue_id = ? AND batch_id IN ({marks})", (queue_id, *batch_ids), reason)
+
+    def _delete_where(self, where: str, params: Sequence[Any]) -> int:
+        """Delete items, then the graphs no item uses any more, and give the space back."""
+        with self._db.transaction() as cursor:
+            deleted = cursor.execute(f"DELETE FROM session_queue WHERE {where}", params).rowcount
+            cursor.execute(
+                "DELETE FROM session_queue_graphs WHERE NOT EXISTS "
+                "(SELECT 1 FROM session_queue q WHERE q.graph_id = session_queue_graphs.graph_id)"
+            )
+        self._db.reclaim_space()
+        return deleted
 
     def clear(self, queue_id: str) -> int:
         """Delete every item of the queue; a running one is canceled first so that the processor stops it."""
-        self._cancel_where("queue_id = ? AND status = 'in_progress'", (queue_id,), "the queue was cleared")
-        with self._db.transaction() as cursor:
-            return cursor.execute("DELETE FROM session_queue WHERE queue_id = ?", (queue_id,)).rowcount
+        self._cancel_many("queue_id = ? AND status = 'in_progress'", (queue_id,), "the queue was cleared")
+        deleted = self._delete_where("queue_id = ?", (queue_id,))
+        self._events.publish(QueueClearedEvent(queue_id=queue_id, deleted=deleted))
+        return deleted
 
     def prune(self, queue_id: str) -> int:
         """Delete the queue's finished (completed, failed, canceled) items."""
         marks = ", ".join("?" for _ in FINISHED_STATUSES)
-        with self._db.transaction() as cursor:
-            return cursor.execute(
-                f"DELETE FROM session_queue WHERE queue_id = ? AND status IN ({marks})", (queue_id, *FINISHED_STATUSES)
-            ).rowcount
+        deleted = self._delete_where(f"queue_id = ? AND status IN ({marks})", (queue_id, *FINISHED_STATUSES))
+        self._events.publish(QueuePrunedEvent(queue_id=queue_id, deleted=deleted))
+        return deleted
 
     def recover_interrupted(self) -> int:
         """At startup: an item still in_progress was running when the server died; it is canceled with a reason."""
-        return len(self._cancel_where("status = 'in_progress'", (), RESTART_REASON))
+        return self._cancel_many("status = 'in_progress'", (), RESTART_REASON)
 
     def is_running(self, item_id: int) -> bool:
         """False once the item was canceled or deleted: the processor's cancel check."""
@@ -236,24 +447,36 @@ class SessionQueue:
         return bool(rows) and rows[0]["status"] == "in_progress"
 
     def get(self, queue_id: str, item_id: int) -> SessionQueueItem:
-        rows = self._db.execute("SELECT * FROM session_queue WHERE queue_id = ? AND item_id = ?", (queue_id, item_id))
+        rows = self._db.execute(f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id = ?", (queue_id, item_id))
         if not rows:
             raise QueueItemNotFoundError(f"queue {queue_id!r} has no item {item_id}")
-        return _item(rows[0])
+        return self._items(rows)[0]
 
     def list_items(
         self, queue_id: str, status: QueueItemStatus | None, offset: int, limit: int
     ) -> tuple[list[SessionQueueItem], int]:
         """A page of the queue's items in the order they run (finished ones in the order they were made)."""
         where, params = (
-            ("queue_id = ?", [queue_id]) if status is None else ("queue_id = ? AND status = ?", [queue_id, status])
+            ("q.queue_id = ?", [queue_id])
+            if status is None
+            else ("q.queue_id = ? AND q.status = ?", [queue_id, status])
         )
         with self._db.lock:
-            total = self._db.execute(f"SELECT COUNT(*) AS n FROM session_queue WHERE {where}", params)[0]["n"]
+            total = self._db.execute(f"SELECT COUNT(*) AS n FROM session_queue q WHERE {where}", params)[0]["n"]
             rows = self._db.execute(
-                f"SELECT * FROM session_queue WHERE {where} ORDER BY item_id LIMIT ? OFFSET ?", (*params, limit, offset)
+                f"{_SELECT_ITEMS} WHERE {where} ORDER BY q.item_id LIMIT ? OFFSET ?", (*params, limit, offset)
             )
-        return [_item(row) for row in rows], int(total)
+        return self._items(rows), int(total)
+
+    # The processor's pause, kept in the database so that it lasts across a restart.
+
+    def is_paused(self) -> bool:
+        rows = self._db.execute("SELECT paused FROM processor_state WHERE id = 1")
+        return bool(rows and rows[0]["paused"])
+
+    def set_paused(self, paused: bool) -> None:
+        with self._db.transaction() as cursor:
+            cursor.execute("UPDATE processor_state SET paused = ? WHERE id = 1", (int(paused),))
 
     def counts_by_status(self, queue_id: str | None = None) -> dict[QueueItemStatus, int]:
         where, params = ("", ()) if queue_id is None else ("WHERE queue_id = ?", (queue_id,))

@@ -11,6 +11,12 @@ from typing import Any
 
 from invokeai.app.services.migrations import MIGRATIONS, Migration, run_migrations
 
+_AUTO_VACUUM_INCREMENTAL = 2
+
+
+def _decode_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
 
 class SqliteDatabase:
     """The embedded database: a file under the root, or memory when `path` is None (use_memory_db).
@@ -30,8 +36,16 @@ class SqliteDatabase:
             ":memory:" if path is None else str(path), check_same_thread=False, isolation_level=None, timeout=30
         )
         self._conn.row_factory = sqlite3.Row
+        # A damaged byte in one text value must not make every query that reads it fail ("Could not decode to
+        # UTF-8"): it reads back as U+FFFD, and the service that owns the value decides whether it still makes sense.
+        self._conn.text_factory = _decode_text
         self._conn.execute("PRAGMA foreign_keys = ON")
         if path is not None:
+            # INCREMENTAL: pages freed by a queue clear or prune can be handed back to the file system
+            # (reclaim_space). Set before the first table on a new file; an older file is rebuilt once to take it.
+            self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            if self._conn.execute("PRAGMA auto_vacuum").fetchone()[0] != _AUTO_VACUUM_INCREMENTAL:
+                self._conn.execute("VACUUM")
             # WAL lets a reader (another process inspecting the file) proceed while the server writes. NORMAL
             # syncs the WAL at checkpoints instead of at every commit, as SQLite advises for WAL: the file stays
             # consistent after any crash, and only a power cut or OS crash can lose the last commits. FULL's fsync
@@ -89,6 +103,20 @@ class SqliteDatabase:
                 return cursor.fetchall()
             finally:
                 cursor.close()
+
+    def reclaim_space(self) -> None:
+        """Give the pages that deleted rows left free back to the file system, and empty the WAL.
+
+        Does nothing inside a transaction. The WAL is only truncated when no other connection is reading it; it is then
+        emptied at a later checkpoint instead.
+        """
+        with self.lock:
+            if self._conn.in_transaction:
+                return  # executescript would commit the caller's transaction; the space is reclaimed next time
+            # executescript steps the pragma to its end; execute() would free a single page.
+            self._conn.executescript("PRAGMA incremental_vacuum")
+            if self.path is not None:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     @property
     def schema_version(self) -> int:

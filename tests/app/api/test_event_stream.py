@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -140,3 +141,95 @@ def test_an_unknown_event_name_is_refused_naming_the_parameter_and_the_names(ser
     assert error["loc"] == ["query", "event", 1]
     assert "'invocation_progress'" in error["msg"] and "'batch_enqueued'" in error["msg"]
     assert served.bus.subscriber_count == 0
+
+
+class StreamReader:
+    """One subscriber reading its stream on its own thread, as fast as it can; `ended`: the server closed it."""
+
+    def __init__(self, base: str) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.ended = False
+        self._client = httpx.Client(base_url=base, timeout=60)
+        self._response = self._client.send(self._client.build_request("GET", STREAM), stream=True)
+        assert self._response.status_code == 200  # headers in: subscribed
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        name = ""
+        try:
+            for line in self._response.iter_lines():
+                if line.startswith("event: "):
+                    name = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    self.events.append((name, json.loads(line.removeprefix("data: "))))
+        except httpx.HTTPError:
+            pass
+        self.ended = True
+
+    def saw(self, name: str, **fields: Any) -> bool:
+        return any(n == name and all(data.get(k) == v for k, v in fields.items()) for n, data in list(self.events))
+
+    def canceled_ids(self) -> list[int]:
+        """Every item the stream says was canceled, whether one event per item or one for many."""
+        ids = []
+        for name, data in self.events:
+            if name == "queue_item_status_changed" and data["status"] == "canceled":
+                ids.append(data["item_id"])
+            elif name == "queue_items_canceled":
+                ids.extend(data["item_ids"])
+        return ids
+
+    def close(self) -> None:
+        self._response.close()
+        self._client.close()
+
+
+@pytest.fixture
+def readers(served: Served, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[StreamReader]]:
+    # Closing a stream that another thread reads waits for the server's next write: make that soon.
+    monkeypatch.setattr(events_router, "KEEPALIVE_SECONDS", 0.1)
+    pair = [StreamReader(served.base), StreamReader(served.base)]
+    yield pair
+    for reader in pair:
+        reader.close()
+
+
+def _float_batch(runs: int) -> dict[str, Any]:
+    return {"batch": {"graph": {"id": "g", "nodes": {"f": {"id": "f", "type": "float", "value": 1.5}}}, "runs": runs}}
+
+
+def _after_marker(served: Served, readers: list[StreamReader]) -> None:
+    """Enqueue a marker batch and wait until each stream has it or has ended: everything before it has arrived."""
+    marker = httpx.post(f"{served.base}/api/v1/queue/default/enqueue_batch", json=_float_batch(1)).json()
+    batch_id = marker["batch"]["batch_id"]
+    wait_until(lambda: all(r.ended or r.saw("batch_enqueued", batch_id=batch_id) for r in readers), 30, "the marker")
+    assert [r.ended for r in readers] == [False, False], "a healthy stream was ended"
+
+
+def test_two_streams_survive_a_bulk_cancel_of_1500_items_and_see_every_one(
+    served: Served, readers: list[StreamReader]
+) -> None:
+    queue = "/api/v1/queue/default"
+    enqueued = httpx.post(f"{served.base}{queue}/enqueue_batch", json=_float_batch(1500), timeout=60).json()
+    ids, batch_id = enqueued["item_ids"], enqueued["batch"]["batch_id"]
+    answer = httpx.put(f"{served.base}{queue}/cancel_by_batch_ids", json={"batch_ids": [batch_id]}, timeout=60)
+    assert answer.json() == {"canceled": 1500}
+    _after_marker(served, readers)
+    for reader in readers:
+        assert reader.canceled_ids() == ids
+
+
+@pytest.mark.parametrize("how", ["clear", "prune"])
+def test_two_streams_survive_clearing_or_pruning_1500_items(
+    served: Served, readers: list[StreamReader], how: str
+) -> None:
+    queue = "/api/v1/queue/default"
+    enqueued = httpx.post(f"{served.base}{queue}/enqueue_batch", json=_float_batch(1500), timeout=60).json()
+    if how == "prune":
+        batch = {"batch_ids": [enqueued["batch"]["batch_id"]]}
+        httpx.put(f"{served.base}{queue}/cancel_by_batch_ids", json=batch, timeout=60)
+    assert httpx.put(f"{served.base}{queue}/{how}", timeout=60).json() == {"deleted": 1500}
+    _after_marker(served, readers)
+    for reader in readers:
+        assert reader.saw(f"queue_{'cleared' if how == 'clear' else 'pruned'}", deleted=1500)

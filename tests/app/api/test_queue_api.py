@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +232,74 @@ def test_cancel_of_a_running_item(client: TestClient, scripted_integer_node: lis
     wait_until(lambda: not client.get(f"{QUEUE}/status").json()["processor"]["is_processing"], what="the stop")
     item = client.get(f"{QUEUE}/i/{item_id}").json()
     assert (item["status"], item["session"]["results"]) == ("canceled", {})
+
+
+def test_retry_items_by_id_enqueues_a_canceled_item_again_and_answers_the_new_id(make_client: MakeClient) -> None:
+    client = make_client(run_processor=False)
+    ids = enqueue(client, IMAGE_GRAPH, runs=2).json()["item_ids"]
+    client.put(f"{QUEUE}/i/{ids[0]}/cancel")
+    response = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": [ids[0]]})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["queue_id"] == "default" and body["retried_item_ids"] == [ids[0]]
+    [new_id] = body["item_ids"]
+    assert new_id not in ids
+    item = client.get(f"{QUEUE}/i/{new_id}").json()
+    assert item["status"] == "pending" and item["retried_from_item_id"] == ids[0]
+    assert item["session"]["graph"] == client.get(f"{QUEUE}/i/{ids[0]}").json()["session"]["graph"]
+    assert client.get(f"{QUEUE}/i/{ids[0]}").json()["status"] == "canceled"  # the original stays as it was
+
+
+def test_retry_items_by_id_refuses_what_it_cannot_retry_and_enqueues_nothing(make_client: MakeClient) -> None:
+    client = make_client(run_processor=False)
+    pending, canceled = enqueue(client, IMAGE_GRAPH, runs=2).json()["item_ids"]
+    client.put(f"{QUEUE}/i/{canceled}/cancel")
+    refused = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": [canceled, pending]})
+    assert refused.status_code == 409 and f"{pending} (pending)" in refused.json()["detail"]
+    unknown = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": [canceled, 424242]})
+    assert unknown.status_code == 404 and "424242" in unknown.json()["detail"]
+    empty = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": []})
+    assert empty.status_code == 422 and empty.json()["detail"][0]["loc"] == ["body", "item_ids"]
+    assert counts(client)["total"] == 2
+
+
+def test_a_damaged_stored_item_never_fails_list_or_get(make_client: MakeClient) -> None:
+    client = make_client(run_processor=False)
+    data = [[{"node_path": "blank", "field_name": "width", "items": [10, 20, 30]}]]
+    ids = enqueue(client, IMAGE_GRAPH, data=data).json()["item_ids"]
+    db = client.app.state.services.db  # type: ignore[attr-defined]
+    db.execute("UPDATE session_queue SET field_values = 'not json' WHERE item_id = ?", (ids[1],))
+    db.execute("UPDATE session_queue SET results = NULL, field_values = '[null]' WHERE item_id = ?", (ids[2],))
+    listed = client.get(f"{QUEUE}/list")
+    assert listed.status_code == 200
+    items = listed.json()["items"]
+    assert [item["session"] is None for item in items] == [False, True, True]
+    assert "cannot be read" in items[1]["read_error"]
+    for item_id in ids[1:]:
+        got = client.get(f"{QUEUE}/i/{item_id}")
+        assert got.status_code == 200 and got.json()["read_error"]
+    assert client.put(f"{QUEUE}/i/{ids[1]}/cancel").json()["status"] == "canceled"
+
+
+def test_a_restart_keeps_the_pause_and_removes_leftover_temporary_files(tmp_path: Path) -> None:
+    from invokeai.app.api.app_factory import create_app
+    from invokeai.app.config import InvokeAIAppConfig
+
+    config = InvokeAIAppConfig.located({}, tmp_path, None)
+    with TestClient(create_app(config)) as first:
+        assert first.put(f"{QUEUE}/processor/pause").json()["is_started"] is False
+    outputs = config.outputs_path
+    leftovers = [outputs / ".tmp-abc.png", outputs / "thumbnails" / ".tmp-def.webp"]
+    for path in leftovers:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"partial")
+    (outputs / "keep.txt").write_text("not ours")
+    with TestClient(create_app(config)) as second:
+        assert second.get(f"{QUEUE}/status").json()["processor"]["is_started"] is False
+        [item_id] = enqueue(second, IMAGE_GRAPH).json()["item_ids"]
+        time.sleep(0.3)
+        assert second.get(f"{QUEUE}/i/{item_id}").json()["status"] == "pending"
+        assert [path.exists() for path in leftovers] == [False, False]
+        assert (outputs / "keep.txt").exists()
+        second.put(f"{QUEUE}/processor/resume")
+        assert wait_finished(second, item_id)["status"] == "completed"

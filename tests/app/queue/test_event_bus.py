@@ -7,6 +7,8 @@ import asyncio
 import threading
 from typing import get_args
 
+from queue_support import integer_batch
+
 from invokeai.app.services.events import (
     EVENT_NAMES,
     BatchEnqueuedEvent,
@@ -14,7 +16,11 @@ from invokeai.app.services.events import (
     EventBus,
     EventName,
     ModelInstallCompleteEvent,
+    QueueItemsCanceledEvent,
+    QueueItemStatusChangedEvent,
 )
+from invokeai.app.services.session_queue import SessionQueue
+from invokeai.app.services.sqlite import SqliteDatabase
 
 
 def enqueued(queue_id: str, n: int) -> BatchEnqueuedEvent:
@@ -159,3 +165,43 @@ def test_is_wanted_says_whether_an_event_would_reach_anyone() -> None:
 
 def test_the_names_a_request_may_give_are_the_events_names() -> None:
     assert get_args(EventName) == EVENT_NAMES
+
+
+def test_one_bulk_cancel_clear_or_prune_fits_in_a_stream_that_has_not_read_yet(db: SqliteDatabase) -> None:
+    # The queue's methods run on the loop's own thread here, so nothing is read until they all return: each
+    # request's events must fit whole into what a stream may hold, however quickly its client reads.
+    bus = EventBus()
+    queue = SessionQueue(db, bus, max_queue_size=5000)
+
+    async def scenario() -> tuple[list[int], list[list[EventBase | None]], list[bool]]:
+        subscriptions = [bus.subscribe("default"), bus.subscribe("default")]
+        ids = queue.enqueue_batch("default", integer_batch(runs=1500)).item_ids
+        queue.cancel_by_batch_ids("default", [queue.get("default", ids[0]).batch_id])
+        queue.prune("default")
+        queue.enqueue_batch("default", integer_batch(runs=1500))
+        queue.clear("default")
+        bus.close()
+        received = [await drain(subscription) for subscription in subscriptions]
+        return ids, received, [subscription.overflowed for subscription in subscriptions]
+
+    ids, received, overflowed = asyncio.run(scenario())
+    assert overflowed == [False, False]
+    for events in received:
+        assert events[-1] is None  # ended by close(), not before
+        canceled = [
+            item_id
+            for event in events
+            if event is not None
+            for item_id in (
+                event.item_ids
+                if isinstance(event, QueueItemsCanceledEvent)
+                else [event.item_id]
+                if isinstance(event, QueueItemStatusChangedEvent) and event.status == "canceled"
+                else []
+            )
+        ]
+        assert canceled == ids
+        assert [e.event_name for e in events if e is not None and e.event_name.startswith(("queue_c", "queue_p"))] == [
+            "queue_pruned",
+            "queue_cleared",
+        ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel, Field
 
 from invokeai.app.api.dependencies import AppServices
@@ -16,10 +16,13 @@ from invokeai.app.services.queue_models import (
     EnqueueBatchResult,
     QueueCounts,
     QueueItemStatus,
+    RetryItemsByIdBody,
+    RetryItemsResult,
     SessionQueueItem,
     SessionQueueItemPage,
 )
 from invokeai.app.services.session_processor import ProcessorStatus
+from invokeai.app.services.session_queue import RetryRefusedError
 
 router = APIRouter(prefix="/queue/{queue_id}", tags=["queue"], route_class=ApiRoute)
 
@@ -91,6 +94,24 @@ def cancel_by_batch_ids(queue_id: QueueId, body: CancelByBatchIdsBody, services:
     return CancelByBatchIdsResult(canceled=services.queue.cancel_by_batch_ids(queue_id, body.batch_ids))
 
 
+@router.put(
+    "/retry_items_by_id",
+    operation_id="retry_items_by_id",
+    responses={
+        404: {"description": "An id is not an item of this queue (the detail names it); nothing was enqueued."},
+        409: {"description": "An item is not failed or canceled (the detail names it); nothing was enqueued."},
+        429: {"description": "The new items would take the pending items past max_queue_size; nothing enqueued."},
+    },
+)
+def retry_items_by_id(queue_id: QueueId, body: RetryItemsByIdBody, services: AppServices) -> RetryItemsResult:
+    """Enqueue each failed or canceled item again as a new pending item, with the same graph, batch data and
+    priority, and `retried_from_item_id` naming the original (which stays as it is). All or none."""
+    try:
+        return services.queue.retry_items_by_id(queue_id, body.item_ids)
+    except RetryRefusedError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+
+
 @router.put("/clear", operation_id="clear_queue")
 def clear(queue_id: QueueId, services: AppServices) -> DeletedResult:
     """Delete every item of the queue, canceling the running one."""
@@ -111,7 +132,8 @@ def get_status(queue_id: QueueId, services: AppServices) -> QueueAndProcessorSta
 
 @router.put("/processor/pause", operation_id="pause_processor")
 def pause(queue_id: QueueId, services: AppServices) -> ProcessorStatus:
-    """Take no new items (for every queue); the running item runs on to its end."""
+    """Take no new items (for every queue); the running item runs on to its end. The pause is kept in the database:
+    a restarted server stays paused until resumed."""
     return services.processor.pause()
 
 

@@ -1,4 +1,4 @@
-"""Migration 4: a queue item's `origin` and `destination`, as InvokeAI's clients send them with a batch."""
+"""Migration 5: a queue item's `origin` and `destination`, as InvokeAI's clients send them with a batch."""
 
 from __future__ import annotations
 
@@ -13,4 +13,4 @@ def _apply(cursor: sqlite3.Cursor) -> None:
     cursor.execute("ALTER TABLE session_queue ADD COLUMN destination TEXT")
 
 
-migration = Migration(version=4, description="queue item origin and destination", apply=_apply)
+migration = Migration(version=5, description="queue item origin and destination", apply=_apply)
