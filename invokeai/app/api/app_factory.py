@@ -10,8 +10,8 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from invokeai.app.api.auth import require_token
-from invokeai.app.api.errors import install_error_handlers
+from invokeai.app.api.auth import BEARER, TokenMiddleware
+from invokeai.app.api.errors import document_errors, install_error_handlers
 from invokeai.app.api.routers import app as app_router
 from invokeai.app.api.routers import events as events_router
 from invokeai.app.api.routers import images as images_router
@@ -60,11 +60,13 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
     app = FastAPI(title="InvokeAI", version=app_version(), lifespan=lifespan, max_body_size=max_body_size)
     app.state.config = config
     app.state.events = events
+    app.add_middleware(TokenMiddleware, token=config.api_token)
     install_error_handlers(app)
     for router in (app_router.router, queue_router.router, events_router.router, images_router.router):
-        app.include_router(router, prefix=API_PREFIX, dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+        app.include_router(router, prefix=API_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED)
     app.include_router(
-        models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(require_token)], responses=UNAUTHORIZED
+        models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED
     )
     events_router.document_event_stream(app)
+    document_errors(app)
     return app

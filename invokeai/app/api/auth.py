@@ -1,18 +1,24 @@
-"""The optional bearer token (the api_token setting) that every API request and event stream must carry."""
+"""The optional bearer token (the api_token setting) that every API request and event stream must carry.
+
+It is checked by an ASGI middleware in front of every route under /api/, before anything reads the request body:
+a client without the token learns nothing from the server, not even whether its body would parse. The routers
+still declare the bearer scheme (`BEARER`) so that the OpenAPI document describes it.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Annotated
 
-from fastapi import Depends, HTTPException, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import status
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from invokeai.app.api.dependencies import Config
+API_PATH_PREFIX = "/api/"
 
-# auto_error=False: without a token configured, a request without the header is fine; require_token decides.
-_bearer = HTTPBearer(auto_error=False, description="Needed when the server's api_token setting is set.")
+# auto_error=False: it only describes the scheme; TokenMiddleware decides.
+BEARER = HTTPBearer(auto_error=False, description="Needed when the server's api_token setting is set.")
 
 
 def _digest(token: bytes) -> bytes:
@@ -20,18 +26,36 @@ def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
-def require_token(
-    config: Config, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    """401 unless the api_token setting is empty or the request sends `Authorization: Bearer <api_token>`."""
-    if not config.api_token:
-        return
-    # Header values arrive decoded as latin-1 (HTTP's own encoding); encoding back gives the bytes that were sent,
-    # so a non-ASCII token sent as UTF-8 matches.
-    given = credentials.credentials.encode("latin-1") if credentials is not None else b""
-    if not secrets.compare_digest(_digest(given), _digest(config.api_token.encode("utf-8"))):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            detail="a valid 'Authorization: Bearer <token>' header is required",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+def _given_token(scope: Scope) -> bytes:
+    """The credentials of the first `Authorization: Bearer <credentials>` header, as the bytes that were sent
+    (a non-ASCII token sent as UTF-8 then matches), or b"" for none or another scheme."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, credentials = value.partition(b" ")
+            return credentials.strip() if scheme.lower() == b"bearer" else b""
+    return b""
+
+
+class TokenMiddleware:
+    """401 for any request under /api/ unless the token is empty or the request sends `Authorization: Bearer
+    <token>`."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = _digest(token.encode("utf-8")) if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self._expected is not None
+            and scope["type"] == "http"
+            and scope["path"].startswith(API_PATH_PREFIX)
+            and not secrets.compare_digest(_digest(_given_token(scope)), self._expected)
+        ):
+            response = JSONResponse(
+                {"detail": "a valid 'Authorization: Bearer <token>' header is required"},
+                status_code=status.HTTP_401_UNAUTHORIZED,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

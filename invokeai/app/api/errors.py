@@ -1,9 +1,19 @@
-"""Service exceptions as HTTP answers, in FastAPI's own error shapes."""
+"""Service exceptions as HTTP answers, in FastAPI's own error shapes; every error body encodable."""
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
 from fastapi import FastAPI, Request, status
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.utils import is_body_allowed_for_status_code
+from starlette.exceptions import HTTPException
+from starlette.routing import compile_path
 
 from invokeai.app.services.batch import InvalidBatchError
 from invokeai.app.services.images import ImageNotFoundError, ImageTooLargeError, UnsupportedImageError
@@ -13,15 +23,70 @@ from invokeai.app.services.session_queue import QueueFullError, QueueItemNotFoun
 from invokeai.backend.models.errors import UnsupportedModelError
 
 
+def _encodable(value: Any) -> Any:
+    """`value` with what JSON text cannot carry spelled out: non-finite floats as their names, lone surrogates as
+    backslash escapes."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(item) for item in value]
+    return value
+
+
+class ErrorResponse(JSONResponse):
+    """A JSON error answer that can always be sent. Bodies are decoded strictly (json_body.py), so an error does
+    not normally echo a value JSON cannot carry; should one get through anyway, the answer still goes out, with
+    that value spelled out, instead of failing as a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except (ValueError, UnicodeEncodeError):
+            return super().render(_encodable(content))
+
+
 def _detail(status_code: int, message: str) -> JSONResponse:
-    return JSONResponse({"detail": message}, status_code=status_code)
+    return ErrorResponse({"detail": message}, status_code=status_code)
+
+
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    return ErrorResponse({"detail": jsonable_encoder(error.errors())}, status_code=422)
+
+
+def _allowed_methods(app: FastAPI, path: str) -> str:
+    """The methods the OpenAPI document lists for the paths `path` matches: a 405 names the same ones."""
+    templates: list[tuple[re.Pattern[str], set[str]]] | None = getattr(app.state, "allowed_methods", None)
+    if templates is None:
+        templates = [
+            (compile_path(template)[0], {method.upper() for method in operations})
+            for template, operations in app.openapi()["paths"].items()
+        ]
+        app.state.allowed_methods = templates
+    methods = set().union(*(allowed for regex, allowed in templates if regex.match(path)))
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    headers = dict(error.headers or {})
+    if error.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+        # Starlette names the methods of the first route of the path, not of all its routes.
+        headers["Allow"] = _allowed_methods(request.app, request.url.path)
+    if not is_body_allowed_for_status_code(error.status_code):
+        return Response(status_code=error.status_code, headers=headers)
+    return ErrorResponse({"detail": error.detail}, status_code=error.status_code, headers=headers)
 
 
 async def _invalid_batch(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, InvalidBatchError)
     # Shaped like FastAPI's RequestValidationError answer, so that clients handle both the same way.
     detail = [{"loc": ["body", "batch", *error.loc], "msg": error.message, "type": error.kind}]
-    return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+    return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
 async def _not_found(request: Request, error: Exception) -> JSONResponse:
@@ -35,7 +100,7 @@ async def _message_not_found(request: Request, error: Exception) -> JSONResponse
 
 async def _invalid_model_name(request: Request, error: Exception) -> JSONResponse:
     detail = [{"loc": ["body", "name"], "msg": str(error), "type": "value_error"}]
-    return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+    return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
 async def _conflict(request: Request, error: Exception) -> JSONResponse:
@@ -55,6 +120,8 @@ async def _unsupported(request: Request, error: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(InvalidBatchError, _invalid_batch)
     app.add_exception_handler(QueueItemNotFoundError, _not_found)
     app.add_exception_handler(ImageNotFoundError, _not_found)
@@ -67,3 +134,54 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(UnsupportedModelError, _unsupported)
     app.add_exception_handler(DuplicateModelNameError, _conflict)
     app.add_exception_handler(InvalidModelNameError, _invalid_model_name)
+
+
+# What the request body's own parsing can answer, for every operation that takes a body; the routes declare the
+# rest. The texts say what docs/api.md says.
+_BODY_ERRORS: dict[str, dict[str, str]] = {
+    "application/json": {
+        "400": "The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than "
+        "about 900 levels deep, or an integer of more than 4300 digits.",
+    },
+    "multipart/form-data": {
+        "400": "The multipart body is malformed (no boundary, a part without a name, broken framing), has more "
+        "than 1000 fields or files, or a part other than a file of more than 1 MB.",
+    },
+}
+_TOO_LARGE = "The body is larger than max_upload_mb plus 1 MB (refused while it arrives)."
+_NOT_AN_OPERATION = (
+    "Besides the statuses each operation lists: 404 for a path that is not here, and 405 for a method a path does "
+    "not have (its `Allow` header names the methods listed here for that path)."
+)
+
+
+def document_errors(app: FastAPI) -> None:
+    """Make `app.openapi()` list, on every operation with a body, the 400 and 413 that reading it can answer, and
+    say in the description what no operation answers (404 and 405 for paths and methods that are not here)."""
+    generate: Callable[[], dict[str, Any]] = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        # FastAPI builds the document once and caches it; add to that first build only.
+        first = app.openapi_schema is None
+        document = generate()
+        if first:
+            _add_body_errors(document)
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _add_body_errors(document: dict[str, Any]) -> None:
+    document["info"]["description"] = _NOT_AN_OPERATION
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            body = operation.get("requestBody")
+            if body is None:
+                continue
+            responses = operation["responses"]
+            for media_type in body["content"]:
+                for code, description in _BODY_ERRORS[media_type].items():
+                    responses.setdefault(code, {"description": description})
+            responses.setdefault("413", {"description": _TOO_LARGE})
+            # In numeric order, as the routes' own statuses are.
+            operation["responses"] = dict(sorted(responses.items()))

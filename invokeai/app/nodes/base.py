@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 # Fields every node has that are not inputs.
-NODE_FIELDS = frozenset({"id", "type"})
+NODE_FIELDS = frozenset({"id", "type", "is_intermediate", "use_cache"})
 
 _INVOCATIONS: dict[str, type[BaseInvocation]] = {}
 _OUTPUTS: dict[str, type[BaseInvocationOutput]] = {}
@@ -75,7 +75,8 @@ def _register(registry: dict[str, Any], cls: type[BaseModel], kind: str) -> None
 class BaseInvocationOutput(BaseModel):
     """What a node returns. Subclasses declare `type: Literal["..._output"] = "..._output"` and output fields."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_require_type)
+    # A non-finite float would be stored as null and could not be read back: a node that returns one fails.
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_require_type, allow_inf_nan=False)
 
     type: str
 
@@ -94,10 +95,20 @@ class BaseInvocation(BaseModel, ABC):
     """A node. Subclasses declare `type: Literal["name"] = "name"`, inputs with InputField, and `invoke`,
     whose return annotation is the output class. Concrete subclasses register themselves when defined."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_require_type)
+    # allow_inf_nan=False: the request body's decoder refuses NaN and Infinity as numbers, but pydantic would still
+    # read the strings "NaN", "inf" or "1e999" into a float field; JSON cannot carry the result.
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_require_type, allow_inf_nan=False)
 
     id: str = Field(description="The id of this node; unique within its graph", min_length=1)
     type: str
+    # InvokeAI's clients send both on every node. Kept and returned with the graph as InvokeAI does, and otherwise
+    # ignored: this server keeps no images apart as intermediate and caches no node outputs.
+    is_intermediate: bool = Field(
+        default=False, description="Accepted and stored for InvokeAI's clients; this server does nothing with it."
+    )
+    use_cache: bool = Field(
+        default=True, description="Accepted and stored for InvokeAI's clients; this server caches no node outputs."
+    )
 
     _output_class: ClassVar[type[BaseInvocationOutput] | None] = None
 

@@ -6,14 +6,13 @@ import json
 import os
 import re
 import sqlite3
-import tempfile
 import uuid
 from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
 
-from PIL import Image, ImageOps, PngImagePlugin
+from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 from pydantic import BaseModel, Field
 
 from invokeai.app.services.sqlite import SqliteDatabase
@@ -25,6 +24,11 @@ IMAGE_NAME_PATTERN = re.compile(r"^[0-9a-f]{32}\.png$")
 METADATA_KEY = "invokeai_metadata"
 THUMBNAIL_SIZE = 256
 THUMBNAILS_DIR = "thumbnails"
+# Files being written are named so; one left by a kill mid-write is never a recorded image.
+TEMPORARY_PREFIX = ".tmp-"
+# Pillow's messages can name the file object it was given ("<_io.BytesIO object at 0x...>"), which says nothing to
+# a client.
+_OBJECT_REPR = re.compile(r"<[^<>]* object at 0x[0-9A-Fa-f]+>")
 # An upload's decoded size is bounded as well as its byte count: a small compressed file can expand enormously.
 DEFAULT_MAX_UPLOAD_PIXELS = 8192 * 8192
 
@@ -67,8 +71,12 @@ def _png_ready(image: Image.Image) -> Image.Image:
 
 
 def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    """Write through a temporary file in the same folder, so that readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    """Write through a temporary file in the same folder, so that readers never see half a file.
+
+    Created with mode 0666 less the umask, as any file the process writes: tempfile.mkstemp would make it 0600,
+    and the image would keep that mode after the rename."""
+    tmp = path.parent / f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}{path.suffix}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -185,9 +193,15 @@ class ImageService:
             raise
         except Image.DecompressionBombError as error:
             raise ImageTooLargeError(str(error)) from error
+        except UnidentifiedImageError:
+            raise UnsupportedImageError(
+                "not a readable image: its data is in none of the image formats the server reads (PNG, JPEG, WEBP, "
+                "GIF, BMP, TIFF and the others Pillow decodes)"
+            ) from None
         except Exception as error:
             # Pillow reports broken data as many different exception types (OSError, SyntaxError, ValueError...).
-            raise UnsupportedImageError(f"not a readable image: {error}") from error
+            message = _OBJECT_REPR.sub("the upload", str(error)) or type(error).__name__
+            raise UnsupportedImageError(f"not a readable image: {message}") from error
 
     # -- reading --------------------------------------------------------------------------------------------
 

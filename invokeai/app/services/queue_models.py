@@ -54,6 +54,13 @@ class Batch(BaseModel):
         description="Groups of field values. The data in one group are zipped (so their items must be equally "
         "many); the groups are combined as a cartesian product. Each combination is one queue item per run.",
     )
+    # InvokeAI's clients send both with every batch; kept on each item and returned, as InvokeAI does.
+    origin: str | None = Field(
+        None, max_length=1000, description="Where the batch comes from (free text, e.g. a client's name)."
+    )
+    destination: str | None = Field(
+        None, max_length=1000, description="Where the batch's results should go (free text, e.g. 'canvas')."
+    )
 
 
 class EnqueueBatchBody(BaseModel):
@@ -100,6 +107,8 @@ class SessionQueueItem(BaseModel):
     error_message: str | None
     error_traceback: str | None
     cancel_reason: str | None = Field(description="For a canceled item: who or what canceled it.")
+    origin: str | None = Field(None, description="The batch's origin, as sent.")
+    destination: str | None = Field(None, description="The batch's destination, as sent.")
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None

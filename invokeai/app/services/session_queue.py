@@ -134,6 +134,8 @@ def _item(row: sqlite3.Row, texts: GraphTexts, graphs: GraphCache) -> SessionQue
         return SessionQueueItem(
             **_status_fields(row),
             priority=row["priority"],
+            origin=row["origin"],
+            destination=row["destination"],
             retried_from_item_id=row["retried_from_item_id"],
             field_values=field_values or None,
             session=SessionState(
@@ -158,7 +160,7 @@ def _unreadable_item(row: sqlite3.Row, error: Exception) -> SessionQueueItem:
     if len(reason) > _READ_ERROR_CHARS:
         reason = reason[: _READ_ERROR_CHARS - 3] + "..."
     fields: dict[str, Any] = {}
-    for name in (*_STATUS_COLUMNS, "priority", "retried_from_item_id"):
+    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id"):
         try:
             fields[name] = _adapter(name).validate_python(row[name])
         except Exception:  # a damaged column is left out, as far as its type allows
@@ -239,10 +241,21 @@ class SessionQueue:
             cursor.execute("INSERT INTO session_queue_graphs (graph) VALUES (?)", (batch.graph.model_dump_json(),))
             graph_id = cursor.lastrowid
             cursor.executemany(
-                "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, graph_id, field_values, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, graph_id, "
+                "field_values, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (queue_id, batch.batch_id, new_id(), priority, graph_id, field_values, now, now)
+                    (
+                        queue_id,
+                        batch.batch_id,
+                        new_id(),
+                        priority,
+                        batch.origin,
+                        batch.destination,
+                        graph_id,
+                        field_values,
+                        now,
+                        now,
+                    )
                     for _ in range(batch.runs)
                     for field_values in values
                 ],
@@ -303,10 +316,10 @@ class SessionQueue:
             new_ids = []
             for item_id in wanted:
                 cursor.execute(
-                    "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, graph_id, field_values, "
-                    "retried_from_item_id, created_at, updated_at) "
-                    "SELECT queue_id, batch_id, ?, priority, graph_id, field_values, item_id, ?, ? "
-                    "FROM session_queue WHERE item_id = ?",
+                    "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
+                    "graph_id, field_values, retried_from_item_id, created_at, updated_at) "
+                    "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, item_id, "
+                    "?, ? FROM session_queue WHERE item_id = ?",
                     (new_id(), now, now, item_id),
                 )
                 new_ids.append(int(cursor.lastrowid or 0))

@@ -16,7 +16,14 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import (
+    allow_header_conformance,
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+    unsupported_method,
+)
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import InvokeAIAppConfig
@@ -48,4 +55,13 @@ def started_services() -> Iterator[None]:
     derandomize=True,
 )
 def test_no_generated_request_gets_a_server_error(case: schemathesis.Case) -> None:
-    case.call_and_validate(checks=[not_a_server_error])
+    case.call_and_validate(
+        checks=[
+            not_a_server_error,
+            status_code_conformance,
+            response_schema_conformance,
+            content_type_conformance,
+            unsupported_method,
+            allow_header_conformance,
+        ]
+    )

@@ -8,11 +8,12 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from invokeai.app.api.dependencies import Config
+from invokeai.app.api.json_body import ApiRoute
 from invokeai.app.config.describe import secret_settings, startup_only_settings
 from invokeai.app.version import app_version
 from invokeai.backend.attention import AttentionStats, attention_stats
 
-router = APIRouter(prefix="/app", tags=["app"])
+router = APIRouter(prefix="/app", tags=["app"], route_class=ApiRoute)
 
 
 class AppVersion(BaseModel):

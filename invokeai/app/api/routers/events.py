@@ -16,10 +16,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import StreamingResponse
 
+from invokeai.app.api.json_body import ApiRoute
 from invokeai.app.api.routers.queue import QueueId
 from invokeai.app.services.events import EVENT_NAMES, AnyEvent, EventBase, EventBus, EventName, Subscription
 
-router = APIRouter(prefix="/queue/{queue_id}", tags=["events"])
+router = APIRouter(prefix="/queue/{queue_id}", tags=["events"], route_class=ApiRoute)
 
 OPERATION_ID = "queue_events"
 MEDIA_TYPE = "text/event-stream"

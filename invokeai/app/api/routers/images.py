@@ -10,10 +10,11 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
 from invokeai.app.api.dependencies import AppServices
+from invokeai.app.api.json_body import ApiRoute
 from invokeai.app.services.images import ImageNotFoundError, ImageRecord, ImageTooLargeError
 from invokeai.app.services.queue_models import MAX_SQL_INT
 
-router = APIRouter(prefix="/images", tags=["images"])
+router = APIRouter(prefix="/images", tags=["images"], route_class=ApiRoute)
 
 NOT_FOUND = {404: {"description": "No image of that name."}}
 MEDIA_TYPES = {".png": "image/png", ".webp": "image/webp"}

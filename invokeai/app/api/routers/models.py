@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from invokeai.app.api.dependencies import AppServices
+from invokeai.app.api.json_body import ApiRoute
 from invokeai.app.services.model_records import MODEL_NAME_PATTERN, ModelFamily, ModelRecord
 
-router = APIRouter(prefix="/models", tags=["models"])
+router = APIRouter(prefix="/models", tags=["models"], route_class=ApiRoute)
 
 NOT_FOUND = {404: {"description": "No model with that key."}}
 NAME_TAKEN = {409: {"description": "Another model has that name (names are unique, case-insensitively)."}}
@@ -49,13 +50,22 @@ class ModelInstallRequest(BaseModel):
         return value
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class ModelRecordChanges(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(
-        None, description="A new unique name (the files are not renamed).", pattern=MODEL_NAME_PATTERN
+    # Not nullable: a model always has a name, so `"name": null` is refused (422), as the schema says. The default
+    # only marks the field as left out; it is not a value, so the schema does not show it.
+    name: str = Field(
+        None,
+        description="A new unique name (the files are not renamed).",
+        pattern=MODEL_NAME_PATTERN,
+        json_schema_extra=_no_default,
     )
-    description: str | None = Field(None, max_length=2000)
+    description: str | None = Field(None, max_length=2000, description="A new description; null removes it.")
 
 
 @router.get("/", operation_id="list_models")

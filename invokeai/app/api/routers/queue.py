@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel, Field
 
 from invokeai.app.api.dependencies import AppServices
+from invokeai.app.api.json_body import ApiRoute
 from invokeai.app.services.queue_models import (
     ID_PATTERN,
     MAX_SQL_INT,
@@ -23,7 +24,7 @@ from invokeai.app.services.queue_models import (
 from invokeai.app.services.session_processor import ProcessorStatus
 from invokeai.app.services.session_queue import RetryRefusedError
 
-router = APIRouter(prefix="/queue/{queue_id}", tags=["queue"])
+router = APIRouter(prefix="/queue/{queue_id}", tags=["queue"], route_class=ApiRoute)
 
 QueueId = Annotated[str, Path(description="The queue's id; InvokeAI's clients use 'default'.", pattern=ID_PATTERN)]
 ItemId = Annotated[int, Path(description="The queue item's id.", ge=1, le=MAX_SQL_INT)]

@@ -7,12 +7,14 @@ from invokeai.app.services.migrations.m001_images import migration as m001_image
 from invokeai.app.services.migrations.m002_session_queue import migration as m002_session_queue
 from invokeai.app.services.migrations.m003_models import migration as m003_models
 from invokeai.app.services.migrations.m004_queue_graphs import migration as m004_queue_graphs
+from invokeai.app.services.migrations.m005_queue_origin import migration as m005_queue_origin
 
 MIGRATIONS: list[Migration] = [
     m001_images,
     m002_session_queue,
     m003_models,
     m004_queue_graphs,
+    m005_queue_origin,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]
