@@ -210,3 +210,14 @@ def test_configs_as_loaded_objects_and_as_dicts_agree() -> None:
 def test_an_unknown_component_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="sd-1/unet"):
         estimate_working_memory("sd-1", "controlnet", {}, facts())
+
+
+def test_full_size_sd15_unet_on_cpu_reserves_the_weight_copy_of_its_largest_conv() -> None:
+    """oneDNN reorders a convolution's weight on every CPU call; at 256 px the copy of up_blocks.1's first conv1
+    (2560 to 1280 channels, 3x3, 113 MiB in fp32) outweighs the UNet's activations. `calibrate_working_memory.py
+    --full-size` measured 129.6 MiB for this call; the activation-only walk reserved 74 MiB."""
+    unet = get_variant("sd-1").component_config("unet")
+    memory = estimate_working_memory("sd-1", "unet", unet, CallFacts(CPU, torch.float32, width=256, height=256))
+    largest_conv_weight = 2560 * 1280 * 9 * 4
+    assert memory.activation_bytes >= largest_conv_weight + 16 * 2**20  # and the activations held meanwhile
+    assert memory.activation_bytes >= 129.6 * 2**20
