@@ -16,7 +16,13 @@ Activation terms (B: batch, doubled for the guided UNet; item: element size; p: 
   (conv_in, every resnet and downsampler output) and, at each step, its working set: a resnet 2 c_in + 2 c_out
   (+ c_out for a width-changing shortcut), an up-block resnet also its concatenated input 2 (c_hidden + c_skip), a
   transformer block 19 c (its GEGLU feed-forward: input, residual, norm, the 8 c projection, GELU and product of
-  4 c each), an upsampler c p + 2 c (4 p). Activation = 1.35 x B x item x max(skips held + step).
+  4 c each), a downsampler 2 c (p / 4) beside its input skip, an upsampler c p + 2 c (4 p). Activation =
+  max(1.35 x B x item x (skips held + step) + the step's weight copy): on CPU oneDNN reorders every convolution's
+  weight into its blocked layout on each call (PyTorch does not prepack eager weights), a copy alive beside the
+  activations, not per image and not scaled by the factor. The step's largest weight is taken (a resnet's conv1 or
+  conv2, a sampler's conv, a transformer's 1x1 proj_in/proj_out). At full size this term dominates small images:
+  up_blocks.1's first conv1 (2560 to 1280 channels, 3x3) copies 113 MiB in fp32, more than the UNet's activations
+  at 256 px, and without it the estimate was 0.57 of the measured peak there.
 - VAE (decode and encode): a walk over the forward pass keeps, beside each step's working set, what the callers
   hold (the block input the decoder/encoder keeps while a block runs, the upsampler's or downsampler's input,
   post_quant_conv's output). Resnets: input kept for the shortcut, norm + SiLU, conv1, norm + SiLU, conv2, the 1x1
@@ -26,14 +32,19 @@ Activation terms (B: batch, doubled for the guided UNet; item: element size; p: 
   allocates (`_Convs.extra`): oneDNN's reorders into its channel-blocked layout, whose block (8 channels on AVX2,
   16 on AVX-512) pads narrow layers, so the larger of the two is taken; nothing beyond the output for channels-last
   tensors (the decoder after the mid block's attention, fp32 batches of two or more); slow_conv2d's 9x columns for a
-  small one-image input. Decode x 1.07, encode x 1.05.
+  small one-image input; for 16-bit dtypes, oneDNN's channels-last kernels' NHWC copy of the input beside the NHWC
+  output and its copy into the returned tensor; and, beside any oneDNN layout, the weight copy (as the UNet's,
+  spread over the batch because the walk counts per batch entry). Decode x 1.07, encode x 1.05.
 The factors scale the walk to what `scripts/calibrate_working_memory.py` measured on CPU for the demo models (peak
 live bytes, fp32, 64-256 px, batches raised to 8 MiB), so the estimate lies between 1.0 and 1.3 times the
 measurement; they cover buffers of a few kilobytes, allocator rounding and, for the UNet and text encoder, oneDNN's
-reorders that their walks leave out. The VAE walks match the measured peak within 2% on an AVX-512 machine (the
-factors' margin) and overestimate it by up to 20% where oneDNN is limited to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, which
-reproduces an AVX2-only machine's figures), whose 8-channel blocks pad less. On CUDA the same formulas apply (NCHW
-convolutions priced as on the CPU), unverified there until the script is run on a GPU.
+activation reorders that their walks leave out. The VAE walks match the measured peak within 2% on an AVX-512
+machine (the factors' margin) and overestimate it by up to 20% where oneDNN is limited to AVX2
+(ONEDNN_MAX_CPU_ISA=AVX2, which reproduces an AVX2-only machine's figures), whose 8-channel blocks pad less. The
+demo models' weights are too small to show the weight copies: `--full-size` measures the same formulas on a
+full-size SD-1.5 (the shipped config, 256 and 512 px), where they are 1.05-1.14 times the measured peak (the table
+is in docs/api.md, "Memory"). On CUDA the same formulas apply without the weight copies (NCHW convolutions priced
+as on the CPU), unverified there until the script is run on a GPU.
 """
 
 from __future__ import annotations
@@ -265,9 +276,11 @@ class _Convs:
         blocked layout (not when it has fewer channels than a block: the kernel then reads NCHW), computes a
         blocked output (channels padded to a block) and reorders that into the NCHW output; measured per op
         (ONEDNN_VERBOSE for the layouts, the resident set for the bytes), the peak is the blocked output beside the
-        larger of the other two. Either layout also gets the weight reordered into oneDNN's blocked layout, on every
-        call (`_weight_copy_bytes`); it is spread over the batch here, as every term is per batch entry. The worst
-        over ONEDNN_CHANNEL_BLOCKS; other devices get the activation reorders too (unverified)."""
+        larger of the other two. 16-bit dtypes (ONEDNN_VERBOSE on an AMX machine: the brgemm kernels take and give
+        NHWC) hold an NHWC copy of the input, the NHWC output and its copy into the result at once. Any layout gets
+        the weight reordered into oneDNN's blocked layout, on every call (`_weight_copy_bytes`), spread over the
+        batch here, as every term is per batch entry. The worst over ONEDNN_CHANNEL_BLOCKS; other devices get the
+        activation reorders too (unverified)."""
         out = c_out * p_out
         if self.cpu and self.batch == 1 and c_in * p_in <= SLOW_CONV_MAX_ELEMENTS:
             return 9 * c_in * p_out + out
@@ -275,6 +288,10 @@ class _Convs:
         if self.cpu:
             blocked = max(_padded(c_out, b) * (_padded(c_in, b) if c_in >= b else c_in) for b in ONEDNN_CHANNEL_BLOCKS)
             weights = -(-blocked * kernel * kernel // self.batch)
+        if self.cpu and not self.fp32:
+            # oneDNN's 16-bit kernels (AMX, AVX-512 BF16) work channels-last: the NCHW input is copied to NHWC,
+            # the kernel writes an NHWC output, and that is copied into the returned tensor while both are alive.
+            return c_in * p_in + 2 * out + weights
         if self.cpu and channels_last:
             return out + weights
         worst = 0
