@@ -7,9 +7,11 @@ ratio, with a fingerprint (device, torch version, dtype, attention_backend). It 
 
 --full-size measures a full-size SD-1.5 instead: the shipped configuration (invokeai/backend/models/configs/sd-1)
 built with the real diffusers/transformers classes, randomly initialised and saved as fp16 safetensors (about 2 GB)
-in the temporary folder, then loaded like any installed model. It defaults to 256 and 512 px, one repeat and batch 1
-(a 512 px UNet step takes about a minute on one CPU thread): the demo models' small layers say little about the
-UNet's attention blocks and the VAE's 512-channel levels, which dominate at full size.
+in the temporary folder, then loaded like any installed model. It defaults to 256 and 512 px and one repeat (the
+whole float32 run takes about four minutes on one CPU thread; the batch stays 1, every estimate but the text
+encoder's being above --min-mib): the demo models' weights and layers are too small to show what dominates at full
+size, such as the copy oneDNN makes of a 2560-channel convolution's weight on every call. --components limits
+either run to some components.
 
 How the peak is measured:
 - CPU (Linux): each component runs in a forked child of a parent that has run no torch op. The child loads the
@@ -24,6 +26,7 @@ How the peak is measured:
 
 Usage: PYTHONPATH=. python scripts/calibrate_working_memory.py [--device cpu|cuda] [--dtype float32|float16|bfloat16]
        [--sizes 64,128,256] [--repeats 5] [--attention-backend auto] [--min-mib 8 | --batch N] [--full-size]
+       [--components unet,vae_decode,vae_encode,text_encoder,transformer]
 """
 
 from __future__ import annotations
