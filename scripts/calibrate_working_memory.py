@@ -5,6 +5,14 @@ loads the component, and runs one forward pass (text encoder on a padded prompt;
 with the family's guidance batch; VAE decode/encode) at each size, printing the estimate, the measured peak and their
 ratio, with a fingerprint (device, torch version, dtype, attention_backend). It asserts nothing.
 
+--full-size measures a full-size SD-1.5 instead: the shipped configuration (invokeai/backend/models/configs/sd-1)
+built with the real diffusers/transformers classes, randomly initialised and saved as fp16 safetensors (about 2 GB)
+in the temporary folder, then loaded like any installed model. It defaults to 256 and 512 px and one repeat (the
+whole float32 run takes about four minutes on one CPU thread; the batch stays 1, every estimate but the text
+encoder's being above --min-mib): the demo models' weights and layers are too small to show what dominates at full
+size, such as the copy oneDNN makes of a 2560-channel convolution's weight on every call. --components limits
+either run to some components.
+
 How the peak is measured:
 - CPU (Linux): each component runs in a forked child of a parent that has run no torch op. The child loads the
   model, builds the inputs, and runs the forward pass once to warm up (thread pools, one-time kernel buffers, code
@@ -17,7 +25,8 @@ How the peak is measured:
 - CUDA: in this process; torch.cuda.max_memory_allocated over the pass minus memory_allocated before it.
 
 Usage: PYTHONPATH=. python scripts/calibrate_working_memory.py [--device cpu|cuda] [--dtype float32|float16|bfloat16]
-       [--sizes 64,128,256] [--repeats 5] [--attention-backend auto] [--min-mib 8 | --batch N]
+       [--sizes 64,128,256] [--repeats 5] [--attention-backend auto] [--min-mib 8 | --batch N] [--full-size]
+       [--components unet,vae_decode,vae_encode,text_encoder,transformer]
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from invokeai.backend.cache.working_memory import ESTIMATORS, CallFacts, model_c
 from invokeai.backend.devices import DTYPES
 
 DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2"}
+FULL_SIZE_FOLDER = "full-size-sd1"
 TEXT_COMPONENTS = ("text_encoder",)  # no resolution: one row each
 M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
 MAX_BATCH = 64
@@ -115,9 +125,8 @@ def measure_component(family: str, component: str, demo_root: Path, args: argpar
 
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     install_attention(args.attention_backend, device)
-    model = load_component(
-        probe_model(demo_root / DEMO_FOLDERS[family]), model_component(component), device=device, dtype=dtype
-    )
+    folder = demo_root / (FULL_SIZE_FOLDER if args.full_size else DEMO_FOLDERS[family])
+    model = load_component(probe_model(folder), model_component(component), device=device, dtype=dtype)
     model_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     estimator = ESTIMATORS[(family, component)]
     libc = ctypes.CDLL("libc.so.6") if device.type == "cpu" else None
@@ -150,13 +159,37 @@ def _build_demos(root: Path) -> list[str]:
     return [model.name for model in build_demo_models(root, (SD1_NAME, KREA2_NAME))]
 
 
-def _import_component_classes(root: Path) -> None:
-    """Import every model class the demo folders name, once, before the children fork: each child then starts
+def _build_full_size_sd1(root: Path) -> list[str]:
+    """The shipped SD-1.5 configuration with random fp16 weights, as an installable pipeline folder."""
+    import shutil
+
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from invokeai.backend.models.config_variants import CONFIGS_ROOT
+
+    folder = root / FULL_SIZE_FOLDER
+    shutil.copytree(CONFIGS_ROOT / "sd-1", folder)
+    torch.manual_seed(0)
+    for name, build in (
+        ("unet", lambda path: UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(path))),
+        ("vae", lambda path: AutoencoderKL.from_config(AutoencoderKL.load_config(path))),
+        ("text_encoder", lambda path: CLIPTextModel(CLIPTextConfig.from_pretrained(path))),
+    ):
+        model = build(folder / name).half()  # not .to(dtype): diffusers warns about fp32-kept modules there
+        model.save_pretrained(folder / name, safe_serialization=True)
+        del model
+    return [FULL_SIZE_FOLDER]
+
+
+def _import_component_classes(root: Path, components: list[tuple[str, str]], args: argparse.Namespace) -> None:
+    """Import every model class the measured folders name, once, before the children fork: each child then starts
     from loaded modules instead of spending seconds importing diffusers and transformers."""
     from invokeai.backend.models.load_diffusers import component_class
 
-    for family, component in ESTIMATORS:
-        component_class(root / DEMO_FOLDERS[family], model_component(component))
+    for family, component in components:
+        folder = FULL_SIZE_FOLDER if args.full_size else DEMO_FOLDERS[family]
+        component_class(root / folder, model_component(component))
     from diffusers import Krea2Pipeline  # noqa: F401  (component_runs takes its position ids from it)
 
 
@@ -196,12 +229,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    parser.add_argument("--sizes", default="64,128,256", type=lambda text: [int(s) for s in text.split(",")])
-    parser.add_argument("--repeats", default=5, type=int)
+    parser.add_argument("--sizes", default=None, type=lambda text: [int(s) for s in text.split(",")])
+    parser.add_argument("--repeats", default=None, type=int, help="default 5, 1 with --full-size")
     parser.add_argument("--attention-backend", default="auto")
     parser.add_argument("--batch", default=0, type=int, help="one batch for every row instead of --min-mib's")
     parser.add_argument("--min-mib", default=None, type=float, help="CPU default 8, CUDA default 0 (batch 1)")
+    parser.add_argument(
+        "--full-size",
+        action="store_true",
+        help="a full-size SD-1.5 (shipped config, random fp16 weights, ~2 GB in the temporary folder) instead of the "
+        "demo models; sizes default to 256,512",
+    )
+    parser.add_argument(
+        "--components",
+        default=None,
+        type=lambda text: text.split(","),
+        help="only these components (e.g. unet,vae_encode); default every one the models have",
+    )
     args = parser.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = [256, 512] if args.full_size else [64, 128, 256]
+    if args.repeats is None:
+        args.repeats = 1 if args.full_size else 5
     if args.min_mib is None:
         args.min_mib = 8.0 if args.device == "cpu" else 0.0
     return args
@@ -220,12 +269,18 @@ def main(argv: list[str] | None = None) -> int:
     # The server's logging: one line format, no progress bars, no notices about image processors never run.
     configure_logging("warning")
     route_ml_library_logging()
+    components = [
+        (family, component)
+        for family, component in ESTIMATORS
+        if (family == "sd-1" or not args.full_size) and (args.components is None or component in args.components)
+    ]
+    build = _build_full_size_sd1 if args.full_size else _build_demos
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="calibrate-wm-") as tmp:
         # The build runs torch ops; in a child, so the parent forks measurement children with no thread pool.
-        _in_child(_build_demos, Path(tmp)) if cpu else _build_demos(Path(tmp))
-        _import_component_classes(Path(tmp))
-        for family, component in ESTIMATORS:
+        _in_child(build, Path(tmp)) if cpu else build(Path(tmp))
+        _import_component_classes(Path(tmp), components, args)
+        for family, component in components:
             if cpu:
                 found = _in_child(_measure_as_dicts, family, component, tmp, args)
                 rows += [Row(**row) for row in found]

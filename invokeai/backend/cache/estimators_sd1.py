@@ -16,7 +16,13 @@ Activation terms (B: batch, doubled for the guided UNet; item: element size; p: 
   (conv_in, every resnet and downsampler output) and, at each step, its working set: a resnet 2 c_in + 2 c_out
   (+ c_out for a width-changing shortcut), an up-block resnet also its concatenated input 2 (c_hidden + c_skip), a
   transformer block 19 c (its GEGLU feed-forward: input, residual, norm, the 8 c projection, GELU and product of
-  4 c each), an upsampler c p + 2 c (4 p). Activation = 1.35 x B x item x max(skips held + step).
+  4 c each), a downsampler 2 c (p / 4) beside its input skip, an upsampler c p + 2 c (4 p). Activation =
+  max(1.35 x B x item x (skips held + step) + the step's weight copy): on CPU oneDNN reorders every convolution's
+  weight into its blocked layout on each call (PyTorch does not prepack eager weights), a copy alive beside the
+  activations, not per image and not scaled by the factor. The step's largest weight is taken (a resnet's conv1 or
+  conv2, a sampler's conv, a transformer's 1x1 proj_in/proj_out). At full size this term dominates small images:
+  up_blocks.1's first conv1 (2560 to 1280 channels, 3x3) copies 113 MiB in fp32, more than the UNet's activations
+  at 256 px, and without it the estimate was 0.57 of the measured peak there.
 - VAE (decode and encode): a walk over the forward pass keeps, beside each step's working set, what the callers
   hold (the block input the decoder/encoder keeps while a block runs, the upsampler's or downsampler's input,
   post_quant_conv's output). Resnets: input kept for the shortcut, norm + SiLU, conv1, norm + SiLU, conv2, the 1x1
@@ -26,14 +32,19 @@ Activation terms (B: batch, doubled for the guided UNet; item: element size; p: 
   allocates (`_Convs.extra`): oneDNN's reorders into its channel-blocked layout, whose block (8 channels on AVX2,
   16 on AVX-512) pads narrow layers, so the larger of the two is taken; nothing beyond the output for channels-last
   tensors (the decoder after the mid block's attention, fp32 batches of two or more); slow_conv2d's 9x columns for a
-  small one-image input. Decode x 1.07, encode x 1.05.
+  small one-image input; for 16-bit dtypes, oneDNN's channels-last kernels' NHWC copy of the input beside the NHWC
+  output and its copy into the returned tensor; and, beside any oneDNN layout, the weight copy (as the UNet's,
+  spread over the batch because the walk counts per batch entry). Decode x 1.07, encode x 1.05.
 The factors scale the walk to what `scripts/calibrate_working_memory.py` measured on CPU for the demo models (peak
 live bytes, fp32, 64-256 px, batches raised to 8 MiB), so the estimate lies between 1.0 and 1.3 times the
 measurement; they cover buffers of a few kilobytes, allocator rounding and, for the UNet and text encoder, oneDNN's
-reorders that their walks leave out. The VAE walks match the measured peak within 2% on an AVX-512 machine (the
-factors' margin) and overestimate it by up to 20% where oneDNN is limited to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, which
-reproduces an AVX2-only machine's figures), whose 8-channel blocks pad less. On CUDA the same formulas apply (NCHW
-convolutions priced as on the CPU), unverified there until the script is run on a GPU.
+activation reorders that their walks leave out. The VAE walks match the measured peak within 2% on an AVX-512
+machine (the factors' margin) and overestimate it by up to 20% where oneDNN is limited to AVX2
+(ONEDNN_MAX_CPU_ISA=AVX2, which reproduces an AVX2-only machine's figures), whose 8-channel blocks pad less. The
+demo models' weights are too small to show the weight copies: `--full-size` measures the same formulas on a
+full-size SD-1.5 (the shipped config, 256 and 512 px), where they are 1.05-1.14 times the measured peak (the table
+is in docs/api.md, "Memory"). On CUDA the same formulas apply without the weight copies (NCHW convolutions priced
+as on the CPU), unverified there until the script is run on a GPU.
 """
 
 from __future__ import annotations
@@ -66,8 +77,16 @@ ACTIVATION_FACTOR = {
 }
 
 
-def _scaled(component: str, structural_bytes: float) -> int:
-    return int(ACTIVATION_FACTOR[component] * structural_bytes)
+def _scaled(component: str, structural_bytes: float) -> float:
+    return ACTIVATION_FACTOR[component] * structural_bytes
+
+
+def _weight_copy_bytes(facts: CallFacts) -> int:
+    """Bytes per weight element that a convolution copies per call: on CPU, oneDNN reorders every weight into its
+    blocked layout on each call (PyTorch does not prepack eager-mode weights), and that copy lives beside the
+    activations while the convolution runs. A full-size SD-1.5 UNet's largest, up_blocks.1's first conv1 (2560 to
+    1280 channels, 3x3), is 113 MiB in fp32: at 256 px more than all its activations. Nothing elsewhere."""
+    return facts.dtype.itemsize if facts.device.type == "cpu" else 0
 
 
 # --- text encoder -------------------------------------------------------------------------------------------
@@ -80,7 +99,7 @@ def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     # Per layer: residual and layer-norm output, then either q/k/v/attention output or the MLP's fc1 output and
     # quick_gelu's three temporaries (scaled input, sigmoid, product); the last hidden state is returned.
     per_token = 3 * hidden + max(6 * hidden, 4 * inner)
-    activation = _scaled("text_encoder", facts.batch * tokens * per_token * facts.dtype.itemsize)
+    activation = int(_scaled("text_encoder", facts.batch * tokens * per_token * facts.dtype.itemsize))
     calls = [
         AttentionCall(
             num_heads=facts.batch * heads,
@@ -103,54 +122,75 @@ def _resnet(c_in: int, c_out: int) -> int:
     return 2 * c_in + 2 * c_out + (c_out if c_in != c_out else 0)
 
 
+def _resnet_weights(c_in: int, c_out: int) -> int:
+    """Elements of a ResnetBlock2D's largest convolution weight: conv1 (c_in to c_out) or conv2 (c_out to c_out)."""
+    return 9 * max(c_in, c_out) * c_out
+
+
+def _transformer_weights(channels: int) -> int:
+    """Elements of a Transformer2DModel's proj_in/proj_out weight (1x1 convolutions in SD-1)."""
+    return channels * channels
+
+
 def _transformer(channels: int) -> int:
     """Elements per pixel alive at a Transformer2DModel's peak, its GEGLU feed-forward: the block input and
     residual, the norm output, the 8x projection, the GELU of its gate half and the product (4x each)."""
     return 3 * channels + 8 * channels + 4 * channels + 4 * channels
 
 
-def _unet_peak_elements(c: dict, latent_h: int, latent_w: int) -> int:
-    """Peak elements per batch entry over one UNet forward, skip connections included."""
+def _unet_peak_bytes(c: dict, latent_h: int, latent_w: int, entry_bytes: float, weight_bytes: int) -> int:
+    """Peak bytes over one UNet forward: `entry_bytes` per activation element of one batch entry (batch, element
+    size and the activation factor), skip connections included, plus `weight_bytes` per element of the weight
+    copy the step's largest convolution makes (0 where none is made)."""
     channels = list(c["block_out_channels"])
     levels = len(channels)
     layers = per_block(c.get("layers_per_block", 2), levels)
     pixels = [halve(latent_h, i) * halve(latent_w, i) for i in range(levels)]
     down_attn = ["CrossAttn" in t for t in c["down_block_types"]]
     up_attn = ["CrossAttn" in t for t in c["up_block_types"]]
-    peak = 0
+    peak = 0.0
+
+    def at(activation: int, weights: int) -> float:
+        return activation * entry_bytes + weights * weight_bytes
+
     skips = [channels[0] * pixels[0]]  # conv_in's output is the first skip
     hidden = channels[0]
     for i in range(levels):
         for _ in range(layers[i]):
-            step = _resnet(hidden, channels[i])
+            p = pixels[i]
+            peak = max(peak, at(sum(skips) + _resnet(hidden, channels[i]) * p, _resnet_weights(hidden, channels[i])))
             if down_attn[i]:
-                step = max(step, _transformer(channels[i]))
-            peak = max(peak, sum(skips) + step * pixels[i])
+                peak = max(peak, at(sum(skips) + _transformer(channels[i]) * p, _transformer_weights(channels[i])))
             hidden = channels[i]
-            skips.append(hidden * pixels[i])
+            skips.append(hidden * p)
         if i < levels - 1:
+            # Downsample2D's stride-2 conv, its input being the last skip.
+            peak = max(peak, at(sum(skips) + 2 * hidden * pixels[i + 1], 9 * hidden * hidden))
             skips.append(hidden * pixels[i + 1])
     deepest = pixels[-1]
-    mid = max(_resnet(hidden, hidden), _transformer(hidden)) if c.get("mid_block_type") != "UNetMidBlock2D" else 0
-    peak = max(peak, sum(skips) + mid * deepest)
+    if c.get("mid_block_type") != "UNetMidBlock2D":
+        peak = max(peak, at(sum(skips) + _resnet(hidden, hidden) * deepest, _resnet_weights(hidden, hidden)))
+        peak = max(peak, at(sum(skips) + _transformer(hidden) * deepest, _transformer_weights(hidden)))
     reversed_layers = list(reversed(layers))
     for j in range(levels):
         level = levels - 1 - j
         out = channels[level]
+        p = pixels[level]
         for _ in range(reversed_layers[j] + 1):
             skip = skips.pop()
-            skip_channels = skip // pixels[level]
+            skip_channels = skip // p
             # The concatenated input sits beside its two halves until the resnet's first norm reads it.
             concat = 2 * (hidden + skip_channels)
-            step = concat + _resnet(hidden + skip_channels, out)
+            resnet = (concat + _resnet(hidden + skip_channels, out)) * p
+            peak = max(peak, at(sum(skips) + skip + resnet, _resnet_weights(hidden + skip_channels, out)))
             if up_attn[j]:
-                step = max(step, _transformer(out))
-            peak = max(peak, sum(skips) + skip + step * pixels[level])
+                peak = max(peak, at(sum(skips) + skip + _transformer(out) * p, _transformer_weights(out)))
             hidden = out
         if level > 0:
             # Upsample2D: nearest interpolation to the next level's size, then a 3x3 conv.
-            peak = max(peak, sum(skips) + hidden * pixels[level] + 2 * hidden * pixels[level - 1])
-    return peak
+            upsample = hidden * p + 2 * hidden * pixels[level - 1]
+            peak = max(peak, at(sum(skips) + upsample, 9 * hidden * hidden))
+    return int(peak)
 
 
 def unet_attention_calls(c: dict, facts: CallFacts, batch: int, text_tokens: int) -> list[AttentionCall]:
@@ -192,8 +232,8 @@ def unet(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     batch = facts.batch * (2 if facts.guidance else 1)
     text_tokens = facts.prompt_tokens or CLIP_TOKENS
     latent_h, latent_w = facts.height // LATENT_SCALE, facts.width // LATENT_SCALE
-    elements = _unet_peak_elements(c, latent_h, latent_w)
-    activation = _scaled("unet", batch * elements * facts.dtype.itemsize)
+    item = facts.dtype.itemsize
+    activation = _unet_peak_bytes(c, latent_h, latent_w, _scaled("unet", batch * item), _weight_copy_bytes(facts))
     return WorkingMemory(activation, unet_attention_calls(c, facts, batch, text_tokens))
 
 
@@ -226,7 +266,9 @@ class _Convs:
     def of(cls, facts: CallFacts) -> _Convs:
         return cls(facts.device.type == "cpu", facts.dtype == torch.float32, facts.batch)
 
-    def extra(self, c_in: int, c_out: int, p_in: int, p_out: int, *, channels_last: bool = False) -> int:
+    def extra(
+        self, c_in: int, c_out: int, p_in: int, p_out: int, *, channels_last: bool = False, kernel: int = 3
+    ) -> int:
         """Elements per batch entry at a 3x3 (or 1x1, bounded by the same) convolution's peak, beside its input.
 
         On CPU: a small one-image input takes slow_conv2d (columns, then the output). A channels-last input runs
@@ -234,17 +276,29 @@ class _Convs:
         blocked layout (not when it has fewer channels than a block: the kernel then reads NCHW), computes a
         blocked output (channels padded to a block) and reorders that into the NCHW output; measured per op
         (ONEDNN_VERBOSE for the layouts, the resident set for the bytes), the peak is the blocked output beside the
-        larger of the other two. The worst over ONEDNN_CHANNEL_BLOCKS; other devices get that too (unverified)."""
+        larger of the other two. 16-bit dtypes (ONEDNN_VERBOSE on an AMX machine: the brgemm kernels take and give
+        NHWC) hold an NHWC copy of the input, the NHWC output and its copy into the result at once. Any layout gets
+        the weight reordered into oneDNN's blocked layout, on every call (`_weight_copy_bytes`), spread over the
+        batch here, as every term is per batch entry. The worst over ONEDNN_CHANNEL_BLOCKS; other devices get the
+        activation reorders too (unverified)."""
         out = c_out * p_out
         if self.cpu and self.batch == 1 and c_in * p_in <= SLOW_CONV_MAX_ELEMENTS:
             return 9 * c_in * p_out + out
+        weights = 0
+        if self.cpu:
+            blocked = max(_padded(c_out, b) * (_padded(c_in, b) if c_in >= b else c_in) for b in ONEDNN_CHANNEL_BLOCKS)
+            weights = -(-blocked * kernel * kernel // self.batch)
+        if self.cpu and not self.fp32:
+            # oneDNN's 16-bit kernels (AMX, AVX-512 BF16) work channels-last: the NCHW input is copied to NHWC,
+            # the kernel writes an NHWC output, and that is copied into the returned tensor while both are alive.
+            return c_in * p_in + 2 * out + weights
         if self.cpu and channels_last:
-            return out
+            return out + weights
         worst = 0
         for block in ONEDNN_CHANNEL_BLOCKS:
             blocked_in = _padded(c_in, block) * p_in if c_in >= block else 0
             worst = max(worst, _padded(c_out, block) * p_out + max(blocked_in, out))
-        return worst
+        return worst + weights
 
     def resnet(self, c_in: int, c_out: int, p: int, *, channels_last: bool = False) -> int:
         """Peak elements of a ResnetBlock2D over `p` pixels, beyond what its callers hold: the input stays alive
@@ -260,7 +314,7 @@ class _Convs:
             (c_in + (4 if changed else 3) * c_out) * p,
         ]
         if changed:
-            steps.append((c_in + c_out) * p + self.extra(c_in, c_out, p, p, channels_last=cl))
+            steps.append((c_in + c_out) * p + self.extra(c_in, c_out, p, p, channels_last=cl, kernel=1))
         return max(steps)
 
     def mid(self, c: dict, channels: int, p: int) -> int:
@@ -306,7 +360,8 @@ def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     p = h * w
     base = latent * p  # post_quant_conv's output, held by AutoencoderKL until the decoder returns
     hidden = channels[0]
-    peak = base + max(convs.extra(latent, latent, p, p), convs.extra(latent, hidden, p, p))  # post_quant, conv_in
+    # post_quant_conv (1x1), then conv_in
+    peak = base + max(convs.extra(latent, latent, p, p, kernel=1), convs.extra(latent, hidden, p, p))
     peak = max(peak, base + convs.mid(c, hidden, p)) * item
     for k, out in enumerate(channels):
         p = h * w
@@ -326,7 +381,7 @@ def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     p = h * w
     head = max(2 * hidden * p, hidden * p + convs.extra(hidden, c.get("out_channels", 3), p, p, channels_last=cl))
     peak = max(peak, (base + head) * item)
-    activation = _scaled("vae_decode", facts.batch * peak)
+    activation = int(_scaled("vae_decode", facts.batch * peak))
     return WorkingMemory(activation, _vae_attention(c, facts))
 
 
@@ -357,8 +412,8 @@ def vae_encode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     # clamped log-variance, std and var beside the moments.
     moments = 2 * c["latent_channels"]
     peak = max(peak, 2 * hidden * p, hidden * p + convs.extra(hidden, moments, p, p))
-    peak = max(peak, moments * p + max(convs.extra(moments, moments, p, p), 3 * moments // 2 * p))
-    activation = _scaled("vae_encode", facts.batch * peak * facts.dtype.itemsize)
+    peak = max(peak, moments * p + max(convs.extra(moments, moments, p, p, kernel=1), 3 * moments // 2 * p))
+    activation = int(_scaled("vae_encode", facts.batch * peak * facts.dtype.itemsize))
     return WorkingMemory(activation, _vae_attention(c, facts))
 
 

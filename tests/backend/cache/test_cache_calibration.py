@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -45,3 +46,22 @@ def test_estimates_bound_the_measured_cpu_peak_within_30_percent() -> None:
         estimate, measured = float(row[5]), float(row[6])
         assert measured > 1.0, row  # MiB: large enough for the RSS counters to resolve
         assert 1.0 <= estimate / measured <= 1.3, row
+
+
+def test_full_size_option_measures_sd15_at_256_and_512_once_each() -> None:
+    """The full-size run is a calibration (minutes, ~2 GB of weights), not a test: only its options are checked."""
+    sys.path.insert(0, str(SCRIPT.parent))  # the script imports its sibling _forked
+    try:
+        spec = importlib.util.spec_from_file_location("calibrate_working_memory", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        script = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = script  # its dataclass looks its module up there
+        spec.loader.exec_module(script)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+        sys.modules.pop("calibrate_working_memory", None)
+    full = script.parse_args(["--full-size", "--components", "unet,vae_encode"])
+    assert full.full_size and full.sizes == [256, 512] and full.repeats == 1
+    assert full.components == ["unet", "vae_encode"]
+    demo = script.parse_args([])
+    assert not demo.full_size and demo.sizes == [64, 128, 256] and demo.repeats == 5 and demo.components is None
