@@ -14,7 +14,7 @@ from PIL import Image
 from pydantic import BaseModel, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, CanceledError, InvocationContext
-from invokeai.app.nodes.graph import execution_order, prepare_node
+from invokeai.app.nodes.graph import ValidatedGraph, validate_graph
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     EventBase,
@@ -144,10 +144,12 @@ class SessionProcessor:
         outputs: dict[str, BaseInvocationOutput] = {}
         results: dict[str, dict[str, Any]] = {}
         try:
-            for node_id in execution_order(item.session.graph):
+            # Validated again (linear time): the order and the incoming-edge index for every node come with it.
+            graph = validate_graph(item.session.graph)
+            for node_id in graph.order:
                 if self._is_canceled(item.item_id):
                     raise CanceledError(f"canceled before node {node_id!r}")
-                outputs[node_id] = self._run_node(item, graph_json, node_id, outputs)
+                outputs[node_id] = self._run_node(item, graph, graph_json, node_id, outputs)
                 results[node_id] = outputs[node_id].model_dump(mode="json")
         except CanceledError:
             self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
@@ -164,13 +166,18 @@ class SessionProcessor:
                 self._tensors.delete_owned(item.session_id)
 
     def _run_node(
-        self, item: SessionQueueItem, graph_json: dict[str, Any], node_id: str, outputs: dict[str, BaseInvocationOutput]
+        self,
+        item: SessionQueueItem,
+        graph: ValidatedGraph,
+        graph_json: dict[str, Any],
+        node_id: str,
+        outputs: dict[str, BaseInvocationOutput],
     ) -> BaseInvocationOutput:
         """Prepare and invoke one node, with its events; the only place a node runs."""
         node_type = item.session.graph.nodes[node_id].type
         ids = _ids(item, node_id, node_type)
         try:
-            node = prepare_node(item.session.graph, node_id, outputs)
+            node = graph.prepare_node(node_id, outputs)
 
             def on_progress(step: int, total: int, make_preview: Callable[[], Image.Image] | None) -> None:
                 # Unwatched, a step costs nothing here: the preview (a GPU sync and a JPEG) is made for a reader.

@@ -68,10 +68,13 @@ def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
 
 
 class SessionQueue:
-    def __init__(self, db: SqliteDatabase, events: EventBus, max_queue_size: int) -> None:
+    def __init__(
+        self, db: SqliteDatabase, events: EventBus, max_queue_size: int, max_graph_nodes: int | None = None
+    ) -> None:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
+        self.max_graph_nodes = max_graph_nodes  # None: no limit (the server passes its setting)
 
     def _publish_changes(self, rows: Sequence[sqlite3.Row]) -> None:
         for row in rows:
@@ -95,7 +98,7 @@ class SessionQueue:
         requested = item_count(batch)
         # Checked before expanding (which validates each graph and may be slow) and again under the lock.
         self._check_room(self.counts_by_status()["pending"], requested)
-        sessions = expand_batch(batch)
+        sessions = expand_batch(batch, self.max_graph_nodes)
         now = now_iso()
         with self._db.transaction() as cursor:
             self._check_room(self._pending_count(cursor), requested)
