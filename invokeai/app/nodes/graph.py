@@ -230,7 +230,7 @@ _CYCLE_SHOWN = 10
 
 def _describe_cycle(cycle: list[str]) -> str:
     names = [repr(node_id) for node_id in cycle]
-    if len(names) > 2 * _CYCLE_SHOWN:
+    if len(names) > 3 * _CYCLE_SHOWN:
         hidden = len(names) - 2 * _CYCLE_SHOWN
         names = [*names[:_CYCLE_SHOWN], f"... ({hidden} more nodes)", *names[-_CYCLE_SHOWN:]]
     return "the graph has a cycle: " + " -> ".join(names)
