@@ -14,7 +14,7 @@ longer makes an edge's node id the same object as the node's key, so each lookup
 is no longer in the CPU's caches). Parsing the body is printed
 for reference and not judged. The last line is PASS or FAIL; the exit status is 0 for PASS.
 
-    python benchmarks/graph_validation.py [--repeat 5]
+    python benchmarks/graph_validation.py [--repeat 9]
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def measure_once(raw: str) -> tuple[float, float, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=5, help="rounds; each size's best counts (default 5)")
+    parser.add_argument("--repeat", type=int, default=9, help="rounds; each size's best counts (default 9)")
     args = parser.parse_args()
     cases = [(cycle, nodes) for cycle in (False, True) for nodes in SIZES]
     bodies = {case: batch_body(case[1], case[0]) for case in cases}

@@ -198,12 +198,24 @@ def _unset_inputs(node_id: str, node: BaseInvocation, given: Collection[str]) ->
     return tuple(name for name in node_class.required if name not in fields_set and name not in given)
 
 
+# The edges into one node: none, the one edge (most nodes), or input name -> edge.
+_Fed = Edge | dict[str, Edge] | None
+
+
+def _as_table(fed: _Fed) -> Mapping[str, Edge]:
+    if fed is None:
+        return {}
+    if isinstance(fed, Edge):
+        return {fed.destination.field: fed}
+    return fed
+
+
 def _find_cycle(
     ids: list[str],
     rank: Mapping[str, int],
     left: list[int],
     predecessor: list[int],
-    incoming: Sequence[Mapping[str, Edge] | None],
+    incoming: Sequence[_Fed],
 ) -> list[str]:
     """One cycle among the nodes Kahn's algorithm could not order (those with `left` > 0, by rank), as a closed
     path of node ids."""
@@ -219,7 +231,7 @@ def _find_cycle(
         if left[predecessor[current]]:
             current = predecessor[current]
             continue
-        for edge in (incoming[current] or {}).values():
+        for edge in _as_table(incoming[current]).values():
             source = rank[edge.source.node_id]
             if left[source]:
                 current = source
@@ -250,7 +262,7 @@ def _topological_order(
     indegree: list[int],
     successors: tuple[list[int], dict[int, list[int]]],
     predecessor: list[int],
-    incoming: Sequence[Mapping[str, Edge] | None],
+    incoming: Sequence[_Fed],
 ) -> list[str]:
     """Kahn's algorithm on the nodes by rank; `indegree` is used up. GraphValidationError naming a cycle.
 
@@ -286,11 +298,11 @@ class ValidatedGraph:
     graph: Graph
     order: tuple[str, ...]
     rank: Mapping[str, int]  # node id -> its place in graph.nodes
-    incoming_by_rank: Sequence[Mapping[str, Edge] | None]  # input name -> the edge feeding it, by rank
+    incoming_by_rank: Sequence[_Fed]  # the edges feeding each node, by rank
 
     def incoming(self, node_id: str) -> Mapping[str, Edge]:
         """Input name -> the edge feeding it, for one node of the graph."""
-        return self.incoming_by_rank[self.rank[node_id]] or {}
+        return _as_table(self.incoming_by_rank[self.rank[node_id]])
 
     def check_settable(self, node_id: str, *fields: str) -> BaseInvocation:
         """The node, if each of `fields` is an input of it that may be given a value; GraphValidationError
@@ -372,7 +384,7 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
         names = _unset_inputs(key, node, given_by_node.get(key, ()))
         if names:
             unset.append((index, names))
-    incoming: list[dict[str, Edge] | None] = [None] * len(ids)
+    incoming: list[_Fed] = [None] * len(ids)
     indegree = [0] * len(ids)
     first_successor = [-1] * len(ids)
     more_successors: dict[int, list[int]] = {}
@@ -385,15 +397,20 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
         assert s is not None and d is not None  # _check_edge raised otherwise
         fed = incoming[d]
         if fed is None:
-            fed = incoming[d] = {}
-        earlier = fed.get(destination.field)
-        if earlier is not None:
-            raise GraphValidationError(
-                f"edge {edge}: input {destination} is already fed by edge {earlier}; an input takes at most one edge",
-                edge=edge,
-                edge_index=index,
-            )
-        fed[destination.field] = edge
+            # Most nodes are fed by one edge: it is kept as it is, and a table made only for a second one.
+            incoming[d] = edge
+        else:
+            if isinstance(fed, Edge):
+                fed = incoming[d] = {fed.destination.field: fed}
+            earlier = fed.get(destination.field)
+            if earlier is not None:
+                raise GraphValidationError(
+                    f"edge {edge}: input {destination} is already fed by edge {earlier}; "
+                    "an input takes at most one edge",
+                    edge=edge,
+                    edge_index=index,
+                )
+            fed[destination.field] = edge
         indegree[d] += 1
         predecessor[d] = s
         if first_successor[s] < 0:
@@ -401,7 +418,7 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
         else:
             more_successors.setdefault(s, []).append(d)
     for index, names in unset:
-        fed = incoming[index] or {}
+        fed = _as_table(incoming[index])
         for name in names:
             if name not in fed:
                 node = graph.nodes[ids[index]]
