@@ -195,7 +195,11 @@ def _unset_inputs(node_id: str, node: BaseInvocation, given: Collection[str]) ->
                 node_id=node_id,
                 field=name,
             )
-    return tuple(name for name in node_class.required if name not in fields_set and name not in given)
+    for name in node_class.required:
+        if name in fields_set or name in given:
+            return tuple(name for name in node_class.required if name not in fields_set and name not in given)
+    # None of them set (each image_resize of a chain): the class's own tuple, not a new one per node.
+    return node_class.required
 
 
 # The edges into one node: none, the one edge (most nodes), or input name -> edge.
@@ -373,7 +377,9 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
     ids = list(graph.nodes)
     rank: dict[str, int] = {}
     classes: list[type[BaseInvocation]] = []
-    unset: list[tuple[int, tuple[str, ...]]] = []
+    # Nodes with required inputs left unset (by rank), and those inputs: two lists, not a tuple per node.
+    unset: list[int] = []
+    unset_names: list[tuple[str, ...]] = []
     for index, (key, node) in enumerate(graph.nodes.items()):
         if key != node.id:
             raise GraphValidationError(
@@ -383,7 +389,8 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
         classes.append(type(node))
         names = _unset_inputs(key, node, given_by_node.get(key, ()))
         if names:
-            unset.append((index, names))
+            unset.append(index)
+            unset_names.append(names)
     incoming: list[_Fed] = [None] * len(ids)
     indegree = [0] * len(ids)
     first_successor = [-1] * len(ids)
@@ -417,7 +424,7 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
             first_successor[s] = d
         else:
             more_successors.setdefault(s, []).append(d)
-    for index, names in unset:
+    for index, names in zip(unset, unset_names, strict=True):
         fed = _as_table(incoming[index])
         for name in names:
             if name not in fed:
