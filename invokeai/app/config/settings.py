@@ -201,6 +201,15 @@ class InvokeAIAppConfig(BaseSettings):
         ge=1,
         le=1_000_000,
     )
+    max_graph_nodes: int = setting(
+        10000,
+        "Most nodes a batch's graph may have. A larger graph is refused (HTTP 422 naming this limit and the "
+        "count) before it is validated, so that one request cannot take the server's CPU for long; real "
+        "workflows have tens to hundreds of nodes.",
+        startup_only=True,
+        ge=1,
+        le=1_000_000,
+    )
     max_upload_mb: int = setting(
         50,
         "Largest image file, in megabytes, that POST /api/v1/images/upload accepts (HTTP 413 beyond).",

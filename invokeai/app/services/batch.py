@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
-from invokeai.app.nodes.graph import Edge, Graph, GraphValidationError, substitute_field, validate_graph
+from invokeai.app.nodes.graph import Graph, GraphValidationError, ValidatedGraph, validate_graph
 from invokeai.app.services.queue_models import Batch, BatchDatum, NodeFieldValue
 
 Loc = tuple[str | int, ...]
@@ -39,24 +38,28 @@ def item_count(batch: Batch) -> int:
     return batch.runs * math.prod(len(group[0].items) for group in groups)
 
 
-def _graph_loc(graph: Graph, error: GraphValidationError) -> Loc:
-    if error.edge is not None:
-        edge = error.edge
-        if isinstance(edge, Edge) and edge in graph.edges:
-            return ("graph", "edges", graph.edges.index(edge))
-        if isinstance(edge, int):
-            return ("graph", "edges", edge)
+def _graph_loc(error: GraphValidationError) -> Loc:
+    if error.edge_index is not None:
+        return ("graph", "edges", error.edge_index)
     if error.node_id is not None:
         return ("graph", "nodes", error.node_id)
     return ("graph",)
 
 
-def validated(graph: Graph, context: str = "") -> Graph:
+def validated(graph: Graph, max_nodes: int | None = None, given: Iterable[tuple[str, str]] = ()) -> ValidatedGraph:
+    """The graph validated once (time linear in nodes plus edges), after the node-count limit.
+
+    max_nodes: the max_graph_nodes setting; None for no limit. given: inputs that batch data will set."""
+    if max_nodes is not None and len(graph.nodes) > max_nodes:
+        raise InvalidBatchError(
+            ("graph", "nodes"),
+            f"the graph has {len(graph.nodes)} nodes; at most {max_nodes} are allowed (max_graph_nodes)",
+            "graph_too_large",
+        )
     try:
-        validate_graph(graph)
+        return validate_graph(graph, given)
     except GraphValidationError as error:
-        raise InvalidBatchError(_graph_loc(graph, error), error.message + context, "graph_invalid") from None
-    return graph
+        raise InvalidBatchError(_graph_loc(error), error.message, "graph_invalid") from None
 
 
 def _check_data(data: list[list[BatchDatum]]) -> None:
@@ -80,16 +83,6 @@ def _check_data(data: list[list[BatchDatum]]) -> None:
             seen[target] = (group_index, datum_index)
 
 
-def _substituted(graph: Graph, datum: BatchDatum, loc: Loc, value: object) -> Graph:
-    try:
-        return substitute_field(graph, datum.node_path, datum.field_name, value)
-    except GraphValidationError as error:
-        raise InvalidBatchError(loc, error.message, "graph_invalid") from None
-    except ValidationError as error:
-        reasons = "; ".join(detail["msg"] for detail in error.errors())
-        raise InvalidBatchError(loc, f"{datum.node_path}.{datum.field_name}: {reasons}", "graph_invalid") from None
-
-
 def _zipped(group_index: int, group: list[BatchDatum]) -> list[list[tuple[Loc, BatchDatum, object]]]:
     """One row per item index k: each datum of the group with its k-th value (and where that value is)."""
     return [
@@ -101,23 +94,51 @@ def _zipped(group_index: int, group: list[BatchDatum]) -> list[list[tuple[Loc, B
     ]
 
 
-def expand_batch(batch: Batch) -> list[ExpandedSession]:
-    """One session per combination of data values (runs are not repeated here), every graph validated.
+def with_field_values(
+    graph: ValidatedGraph, values: Sequence[NodeFieldValue], locs: Sequence[Loc] | None = None
+) -> Graph:
+    """The graph with batch data put in, validating only the nodes the values change (see
+    ValidatedGraph.with_values). `locs`, one per value, says where each value is in the batch for the error;
+    without it the error points at the graph's node."""
+    fields: dict[str, dict[str, object]] = {}
+    where: dict[tuple[str, str], Loc] = {}
+    for index, value in enumerate(values):
+        fields.setdefault(value.node_path, {})[value.field_name] = value.value
+        if locs is not None:
+            where[(value.node_path, value.field_name)] = locs[index]
+    try:
+        return graph.with_values(fields)
+    except GraphValidationError as error:
+        loc = where.get((error.node_id or "", error.field or ""))
+        if loc is None and locs is not None:
+            # A node-wide check (several of its fields together): the last value put into that node.
+            loc = next(locs[i] for i in reversed(range(len(values))) if values[i].node_path == error.node_id)
+        raise InvalidBatchError(loc or _graph_loc(error), error.message, "graph_invalid") from None
 
+
+def expand_batch(batch: Batch, max_graph_nodes: int | None = None) -> list[ExpandedSession]:
+    """One session per combination of data values (runs are not repeated here), every graph valid.
+
+    The batch's graph is validated once; each combination then validates only the nodes its values change.
     Raises InvalidBatchError naming the first bad graph part or datum; nothing has been stored at that point.
     """
     if not batch.data:
-        return [ExpandedSession(validated(batch.graph), [])]
+        validated(batch.graph, max_graph_nodes)
+        return [ExpandedSession(batch.graph, [])]
     _check_data(batch.data)
+    # An input that every item's data sets may be unset in the batch's graph.
+    given = [(datum.node_path, datum.field_name) for group in batch.data for datum in group]
+    graph = validated(batch.graph, max_graph_nodes, given)
+    for group_index, group in enumerate(batch.data):
+        for datum_index, datum in enumerate(group):
+            try:
+                graph.check_settable(datum.node_path, datum.field_name)
+            except GraphValidationError as error:
+                raise InvalidBatchError(("data", group_index, datum_index, "items", 0), error.message) from None
     groups = [_zipped(group_index, group) for group_index, group in enumerate(batch.data)]
     sessions = []
     for combination in itertools.product(*groups):
-        graph = batch.graph
-        values = []
-        for row in combination:
-            for loc, datum, value in row:
-                graph = _substituted(graph, datum, loc, value)
-                values.append(NodeFieldValue(node_path=datum.node_path, field_name=datum.field_name, value=value))
-        described = ", ".join(f"{v.node_path}.{v.field_name}={v.value!r}" for v in values)
-        sessions.append(ExpandedSession(validated(graph, f" (with batch data {described})"), values))
+        cells = [cell for row in combination for cell in row]
+        values = [NodeFieldValue(node_path=d.node_path, field_name=d.field_name, value=v) for _, d, v in cells]
+        sessions.append(ExpandedSession(with_field_values(graph, values, [loc for loc, _, _ in cells]), values))
     return sessions

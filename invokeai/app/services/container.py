@@ -72,7 +72,7 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     """Open (or create and migrate) the database and build the services on it; starts nothing."""
     db = SqliteDatabase(None if config.use_memory_db else config.db_file)
     images = ImageService(db, config.outputs_path, config.max_upload_mb * MEGABYTE)
-    queue = SessionQueue(db, events, config.max_queue_size)
+    queue = SessionQueue(db, events, config.max_queue_size, config.max_graph_nodes)
     models = build_model_manager(config, ModelRecordService(db))
     installer = ModelInstallService(
         models.records, config.models_path, events, hash_models=config.hash_models, on_delete=models.forget

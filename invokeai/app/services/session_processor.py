@@ -14,7 +14,7 @@ from PIL import Image
 from pydantic import BaseModel, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, CanceledError, InvocationContext
-from invokeai.app.nodes.graph import Graph, execution_order, prepare_node
+from invokeai.app.nodes.graph import ValidatedGraph, validate_graph
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     EventBase,
@@ -154,12 +154,13 @@ class SessionProcessor:
             logger.warning("Queue item %d cannot be run: %s", item.item_id, item.read_error)
             self._queue.fail(item.item_id, UNREADABLE_ERROR_TYPE, item.read_error or "unreadable", "", {})
             return
-        graph = item.session.graph
-        graph_json = graph.model_dump(mode="json")
+        graph_json = item.session.graph.model_dump(mode="json")
         outputs: dict[str, BaseInvocationOutput] = {}
         results: dict[str, dict[str, Any]] = {}
         try:
-            for node_id in execution_order(graph):
+            # Validated again (linear time): the order and the incoming-edge index for every node come with it.
+            graph = validate_graph(item.session.graph)
+            for node_id in graph.order:
                 if self._is_canceled(item.item_id):
                     raise CanceledError(f"canceled before node {node_id!r}")
                 outputs[node_id] = self._run_node(item, graph, graph_json, node_id, outputs)
@@ -181,16 +182,16 @@ class SessionProcessor:
     def _run_node(
         self,
         item: SessionQueueItem,
-        graph: Graph,
+        graph: ValidatedGraph,
         graph_json: dict[str, Any],
         node_id: str,
         outputs: dict[str, BaseInvocationOutput],
     ) -> BaseInvocationOutput:
         """Prepare and invoke one node, with its events; the only place a node runs."""
-        node_type = graph.nodes[node_id].type
+        node_type = graph.graph.nodes[node_id].type
         ids = _ids(item, node_id, node_type)
         try:
-            node = prepare_node(graph, node_id, outputs)
+            node = graph.prepare_node(node_id, outputs)
 
             def on_progress(step: int, total: int, make_preview: Callable[[], Image.Image] | None) -> None:
                 # Unwatched, a step costs nothing here: the preview (a GPU sync and a JPEG) is made for a reader.

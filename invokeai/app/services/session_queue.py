@@ -182,10 +182,13 @@ def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
 
 
 class SessionQueue:
-    def __init__(self, db: SqliteDatabase, events: EventBus, max_queue_size: int) -> None:
+    def __init__(
+        self, db: SqliteDatabase, events: EventBus, max_queue_size: int, max_graph_nodes: int | None = None
+    ) -> None:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
+        self.max_graph_nodes = max_graph_nodes  # None: no limit (the server passes its setting)
 
     def _items(self, rows: Sequence[sqlite3.Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -224,7 +227,7 @@ class SessionQueue:
         requested = item_count(batch)
         # Checked before expanding (which validates each graph and may be slow) and again under the lock.
         self._check_room(self.counts_by_status()["pending"], requested)
-        sessions = expand_batch(batch)
+        sessions = expand_batch(batch, self.max_graph_nodes)
         now = now_iso()
         values = [
             json.dumps([value.model_dump(mode="json") for value in session.field_values])

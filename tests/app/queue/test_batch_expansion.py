@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -103,3 +104,58 @@ def test_graph_errors_name_the_node_or_the_edge_index() -> None:
         expand_batch(Batch(graph=dangling))
     assert caught.value.loc == ("graph", "edges", 1)
     assert "'x' is not in the graph" in caught.value.message
+
+
+def test_the_same_edge_twice_is_named_by_its_own_index() -> None:
+    # Two equal edges: the second is the one refused, and the loc says so (not the first equal one's index).
+    twice = graph(
+        {"a": {"type": "integer"}, "b": {"type": "float"}}, [("a", "value", "b", "value"), ("a", "value", "b", "value")]
+    )
+    with pytest.raises(InvalidBatchError) as caught:
+        expand_batch(Batch(graph=twice))
+    assert caught.value.loc == ("graph", "edges", 1)
+    assert "already fed" in caught.value.message
+
+
+def test_data_validate_only_the_nodes_they_change() -> None:
+    # A 2,000-node chain and 300 values: the graph is validated once, each value re-validates its own node,
+    # and every other node is the batch graph's own object (the old expansion re-validated the whole graph
+    # for every value: minutes here).
+    nodes = {f"n{i}": {"type": "image_resize", "width": 8, "height": 8} for i in range(2_000)}
+    nodes["n0"]["image"] = {"image_name": "start.png"}
+    chain = graph(nodes, [(f"n{i}", "image", f"n{i + 1}", "image") for i in range(1_999)])
+    batch = Batch(graph=chain, data=[[datum("n5", "width", list(range(1, 301)))]])
+    start = time.process_time()
+    sessions = expand_batch(batch)
+    took = time.process_time() - start
+    assert [s.graph.nodes["n5"].width for s in sessions] == list(range(1, 301))  # type: ignore[attr-defined]
+    assert all(s.graph.nodes["n6"] is chain.nodes["n6"] for s in sessions)
+    assert all(s.graph.edges == chain.edges for s in sessions)
+    assert took < 5.0, f"{took:.1f} s"
+
+
+def test_values_for_one_node_from_two_groups_are_validated_together() -> None:
+    # rand_int needs low < high: each combination's node is checked with both of its values in place.
+    rand = graph({"r": {"type": "rand_int", "low": 0, "high": 10}})
+    batch = Batch(graph=rand, data=[[datum("r", "low", [20, 30])], [datum("r", "high", [40, 25])]])
+    with pytest.raises(InvalidBatchError) as caught:
+        expand_batch(batch)
+    # (20, 40) and (20, 25) pass; (30, 40) passes; (30, 25) fails: the last value put into the node is named.
+    assert caught.value.loc == ("data", 1, 0, "items", 1)
+    assert "node 'r' (rand_int)" in caught.value.message
+
+
+def test_a_graph_over_max_graph_nodes_is_refused_before_validation() -> None:
+    # Four nodes, one of them invalid (a required input unset): the size is what the answer names.
+    four = graph(
+        {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}, "r": {"type": "image_resize"}}
+    )
+    with pytest.raises(InvalidBatchError) as caught:
+        expand_batch(Batch(graph=four), max_graph_nodes=3)
+    assert caught.value.loc == ("graph", "nodes")
+    assert caught.value.kind == "graph_too_large"
+    assert caught.value.message == "the graph has 4 nodes; at most 3 are allowed (max_graph_nodes)"
+    with pytest.raises(InvalidBatchError) as caught:
+        expand_batch(Batch(graph=four), max_graph_nodes=4)
+    assert caught.value.kind == "graph_invalid"
+    assert len(expand_batch(Batch(graph=THREE_INTEGERS), max_graph_nodes=3)) == 1
