@@ -12,7 +12,13 @@ earlier run's leftovers, is not billed to validation). The ratio of each size to
 costs at most 80 times 1k (64 times, with room for caches: past about 16k nodes pydantic-core's string cache no
 longer makes an edge's node id the same object as the node's key, so each lookup compares strings in memory that
 is no longer in the CPU's caches). Parsing the body is printed
-for reference and not judged. The last line is PASS or FAIL; the exit status is 0 for PASS.
+for reference and not judged.
+
+The floor: one pass that reads each node and each edge once and looks the edges' ends up by node id, the least
+any validation must do, timed the same way. On this project's 2-core CI machine that pass alone costs 76 to 91
+times as much at 64k as at 1k: the memory hierarchy, not an algorithm, puts 80 at the floor there. So validation
+passes when its ratio is at most 80, or at most 80/64 (the allowance above over strict proportionality) times the
+floor's own ratio measured in the same run. The last line is PASS or FAIL; the exit status is 0 for PASS.
 
     python benchmarks/graph_validation.py [--repeat 9]
 """
@@ -60,8 +66,22 @@ def expand(body: EnqueueBatchBody) -> str:
     return f"{len(sessions)} sessions"
 
 
-def measure_once(raw: str) -> tuple[float, float, str]:
-    """One parse and one validation of a body, in CPU seconds, and what validation answered."""
+def one_pass(body: EnqueueBatchBody) -> int:
+    """The floor: each node and edge read once, the edges' ends looked up by node id."""
+    graph = body.batch.graph
+    rank = {}
+    for index, (key, node) in enumerate(graph.nodes.items()):
+        rank[key] = (index, node.id, type(node))
+    found = 0
+    for edge in graph.edges:
+        source, destination = edge.source, edge.destination
+        found += rank.get(source.node_id) is not None and rank.get(destination.node_id) is not None
+        found += bool(source.field) and bool(destination.field)
+    return found
+
+
+def measure_once(raw: str) -> tuple[float, float, float, str]:
+    """One parse, one validation and one floor pass of a body, in CPU seconds, and what validation answered."""
     gc.collect()
     start = time.process_time()
     body = EnqueueBatchBody.model_validate_json(raw)
@@ -69,8 +89,12 @@ def measure_once(raw: str) -> tuple[float, float, str]:
     # The parse's objects, collected now: otherwise the collector's full pass over them lands in validation.
     gc.collect()
     start = time.process_time()
+    one_pass(body)
+    floor = time.process_time() - start
+    gc.collect()
+    start = time.process_time()
     answer = expand(body)
-    return parsed, time.process_time() - start, answer
+    return parsed, time.process_time() - start, floor, answer
 
 
 def main() -> int:
@@ -79,31 +103,35 @@ def main() -> int:
     args = parser.parse_args()
     cases = [(cycle, nodes) for cycle in (False, True) for nodes in SIZES]
     bodies = {case: batch_body(case[1], case[0]) for case in cases}
-    best: dict[tuple[bool, int], tuple[float, float, str]] = {}
+    best: dict[tuple[bool, int], tuple[float, float, float, str]] = {}
     # Round after round over every size, rather than one size's runs together: a burst of load from other
     # processes then falls on all sizes alike instead of on one.
     for _ in range(args.repeat):
         for case in cases:
-            parse_s, validate_s, answer = measure_once(bodies[case])
+            measured = measure_once(bodies[case])
             old = best.get(case)
             best[case] = (
-                min(parse_s, old[0]) if old else parse_s,
-                min(validate_s, old[1]) if old else validate_s,
-                answer,
+                (*(min(a, b) for a, b in zip(measured[:3], old[:3], strict=True)), measured[3]) if old else measured
             )
-    worst = 0.0
+    verdicts = []
     for cycle, nodes in cases:
-        parse_s, validate_s, answer = best[(cycle, nodes)]
-        ratio = validate_s / best[(cycle, SIZES[0])][1]
-        if nodes == SIZES[-1]:
-            worst = max(worst, ratio)
+        parse_s, validate_s, floor_s, answer = best[(cycle, nodes)]
+        small = best[(cycle, SIZES[0])]
+        ratio, floor_ratio = validate_s / small[1], floor_s / small[2]
         shape = "cycle" if cycle else "chain"
         print(
             f"{shape:5} {nodes:>6} nodes: validate {validate_s * 1000:8.1f} ms  ratio to 1k {ratio:6.1f}  "
-            f"({answer}; parse {parse_s * 1000:.1f} ms, not judged)"
+            f"(floor {floor_s * 1000:.1f} ms, ratio {floor_ratio:.1f}; {answer}; parse {parse_s * 1000:.1f} ms, "
+            "not judged)"
         )
-    verdict = "PASS" if worst <= MAX_RATIO else "FAIL"
-    print(f"64k / 1k: worst ratio {worst:.1f} (linear: at most {MAX_RATIO:.0f})")
+        if nodes == SIZES[-1]:
+            allowed = max(MAX_RATIO, MAX_RATIO / 64 * floor_ratio)
+            verdicts.append(ratio <= allowed)
+            print(
+                f"{shape} 64k / 1k: {ratio:.1f}; allowed {allowed:.1f} (at most {MAX_RATIO:.0f}, or 80/64 of the "
+                f"floor's {floor_ratio:.1f})"
+            )
+    verdict = "PASS" if all(verdicts) else "FAIL"
     print(verdict)
     return 0 if verdict == "PASS" else 1
 
