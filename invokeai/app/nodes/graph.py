@@ -439,29 +439,9 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
 
 
 def execution_order(graph: Graph) -> list[str]:
-    """Node ids in an order where every node comes after the nodes feeding it; deterministic for a graph."""
-    ids = list(graph.nodes)
-    rank = {node_id: index for index, node_id in enumerate(ids)}
-    incoming: list[dict[str, Edge] | None] = [None] * len(ids)
-    indegree = [0] * len(ids)
-    first_successor = [-1] * len(ids)
-    more_successors: dict[int, list[int]] = {}
-    predecessor = [0] * len(ids)
-    for edge in graph.edges:
-        s, d = rank.get(edge.source.node_id), rank.get(edge.destination.node_id)
-        if s is None or d is None:
-            continue
-        fed = incoming[d] = incoming[d] or {}
-        if edge.destination.field in fed:
-            continue
-        fed[edge.destination.field] = edge
-        indegree[d] += 1
-        predecessor[d] = s
-        if first_successor[s] < 0:
-            first_successor[s] = d
-        else:
-            more_successors.setdefault(s, []).append(d)
-    return _topological_order(ids, rank, indegree, (first_successor, more_successors), predecessor, incoming)
+    """Node ids in an order where every node comes after the nodes feeding it; deterministic for a graph.
+    GraphValidationError where the graph would not run (a cycle, among others)."""
+    return list(validate_graph(graph).order)
 
 
 def _prepare(
