@@ -18,7 +18,8 @@ The floor: one pass that reads each node and each edge once and looks the edges'
 any validation must do, timed the same way. On this project's 2-core CI machine that pass alone costs 76 to 96
 times as much at 64k as at 1k over several runs: the memory hierarchy, not an algorithm, puts 80 at the floor
 there. So validation passes when its ratio is at most 80, or at most 80/64 (the allowance above over strict
-proportionality) times the floor's own ratio measured in the same run. The last line is PASS or FAIL; the exit status is 0 for PASS.
+proportionality) times the floor's own ratio measured in the same run. The last line is PASS or FAIL; the exit
+status is 0 for PASS.
 
     python benchmarks/graph_validation.py [--repeat 9]
 """
