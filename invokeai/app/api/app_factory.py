@@ -4,14 +4,14 @@ with it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
 
 from invokeai.app.api.auth import BEARER, TokenMiddleware
-from invokeai.app.api.errors import document_errors, install_error_handlers
+from invokeai.app.api.errors import add_body_errors, install_error_handlers
 from invokeai.app.api.routers import app as app_router
 from invokeai.app.api.routers import events as events_router
 from invokeai.app.api.routers import images as images_router
@@ -67,6 +67,21 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
     app.include_router(
         models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED
     )
-    events_router.document_event_stream(app)
-    document_errors(app)
+    amend_openapi(app, events_router.describe_stream_items, add_body_errors)
     return app
+
+
+def amend_openapi(app: FastAPI, *amendments: Callable[[dict[str, Any]], None]) -> None:
+    """Make `app.openapi()` apply `amendments`, in order, to the document FastAPI generates. FastAPI builds the
+    document once and caches it; the amendments apply to that first build only."""
+    generate: Callable[[], dict[str, Any]] = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        first = app.openapi_schema is None
+        document = generate()
+        if first:
+            for amend in amendments:
+                amend(document)
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]

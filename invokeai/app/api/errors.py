@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, status
@@ -155,23 +154,9 @@ _NOT_AN_OPERATION = (
 )
 
 
-def document_errors(app: FastAPI) -> None:
-    """Make `app.openapi()` list, on every operation with a body, the 400 and 413 that reading it can answer, and
-    say in the description what no operation answers (404 and 405 for paths and methods that are not here)."""
-    generate: Callable[[], dict[str, Any]] = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        # FastAPI builds the document once and caches it; add to that first build only.
-        first = app.openapi_schema is None
-        document = generate()
-        if first:
-            _add_body_errors(document)
-        return document
-
-    app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _add_body_errors(document: dict[str, Any]) -> None:
+def add_body_errors(document: dict[str, Any]) -> None:
+    """List, on every operation with a body, the 400 and 413 that reading it can answer, and say in the
+    description what no operation answers (404 and 405 for paths and methods that are not here)."""
     document["info"]["description"] = _NOT_AN_OPERATION
     for operations in document["paths"].values():
         for operation in operations.values():

@@ -3,17 +3,17 @@
 A plain streaming response writes the frames. FastAPI's EventSourceResponse would pass every event through a
 producer task, two memory streams and a timeout scope: about eight event-loop turns per event against two here, and
 each turn takes the GIL from the worker thread that runs the nodes, so a watched SD demo generation ran about 6%
-longer (alternating pairs of items on one server, docs/api.md). `document_event_stream` gives the OpenAPI document
+longer (alternating pairs of items on one server, docs/api.md). `describe_stream_items` gives the OpenAPI document
 the stream's item schema that FastAPI would have written.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from invokeai.app.api.json_body import ApiRoute
@@ -76,7 +76,7 @@ class EventStreamResponse(StreamingResponse):
 
 
 # The payload model is named here for the OpenAPI document only (FastAPI adds the events to its components);
-# document_event_stream then moves it to where a stream's items are described.
+# describe_stream_items then moves it to where a stream's items are described.
 @router.get(
     "/events",
     operation_id=OPERATION_ID,
@@ -95,23 +95,9 @@ async def queue_events(
     return EventStreamResponse(_frames(subscription), headers=STREAM_HEADERS)
 
 
-def document_event_stream(app: FastAPI) -> None:
-    """Make `app.openapi()` describe the stream's items as OpenAPI 3.2's itemSchema (as FastAPI writes it for its
-    own event streams): the event name, and the payload's schema, whose events are among the components."""
-    generate: Callable[[], dict[str, Any]] = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        # FastAPI builds the document once and caches it; describe the items in that first build only.
-        first = app.openapi_schema is None
-        document = generate()
-        if first:
-            _describe_items(document)
-        return document
-
-    app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _describe_items(document: dict[str, Any]) -> None:
+def describe_stream_items(document: dict[str, Any]) -> None:
+    """Describe the stream's items as OpenAPI 3.2's itemSchema (as FastAPI writes it for its own event streams):
+    the event name, and the payload's schema, whose events are among the components."""
     for operations in document["paths"].values():
         for operation in operations.values():
             if operation.get("operationId") != OPERATION_ID:
