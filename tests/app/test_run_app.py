@@ -33,17 +33,23 @@ def test_help_documents_the_options(run_invokeai_web: Run) -> None:
         assert option in result.stdout
 
 
-def test_attention_is_installed_first_with_the_configured_setting(
-    tmp_path: Path, child_env: Callable[..., dict[str, str]]
-) -> None:
+def _startup(tmp_path: Path, child_env: Callable[..., dict[str, str]], **env: str) -> subprocess.CompletedProcess[str]:
+    """run_app.main under STARTUP_PROBE with these environment variables; it must exit 0."""
     result = subprocess.run(
         [sys.executable, "-c", STARTUP_PROBE, str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
-        env=child_env(INVOKEAI_ATTENTION_BACKEND="efficient", INVOKEAI_DEVICE="cpu"),
+        env=child_env(**env),
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_attention_is_installed_first_with_the_configured_setting(
+    tmp_path: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    result = _startup(tmp_path, child_env, INVOKEAI_ATTENTION_BACKEND="efficient", INVOKEAI_DEVICE="cpu")
     report = json.loads(result.stdout.splitlines()[-1])
     assert report == {"code": 0, "calls": [["install", "efficient", "cpu", []], ["serve", "FastAPI", "127.0.0.1", 0]]}
 
@@ -51,14 +57,7 @@ def test_attention_is_installed_first_with_the_configured_setting(
 def test_an_unknown_environment_variable_is_a_startup_warning(
     tmp_path: Path, child_env: Callable[..., dict[str, str]]
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", STARTUP_PROBE, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=child_env(INVOKEAI_ATENTION_BACKEND="efficient", INVOKEAI_DEVICE="cpu"),
-    )
-    assert result.returncode == 0, result.stderr
+    result = _startup(tmp_path, child_env, INVOKEAI_ATENTION_BACKEND="efficient", INVOKEAI_DEVICE="cpu")
     warnings = [line for line in result.stderr.splitlines() if "[WARNING]" in line]
     assert len(warnings) == 1 and warnings[0].endswith(
         "[WARNING] invokeai.app.run_app: environment variable INVOKEAI_ATENTION_BACKEND is not a setting, so it is "
