@@ -81,10 +81,6 @@ class StandInDispatcher:
         self.calls = 0
         self.last: DispatchedCall | None = None
 
-    @property
-    def can_serve(self) -> set[str]:
-        return set(self.rules)
-
     def __call__(
         self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
     ) -> int:  # type: ignore[no-untyped-def]
