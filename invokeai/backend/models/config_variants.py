@@ -24,13 +24,12 @@ CONFIG_SUFFIXES = (".json", ".txt")
 
 @dataclass(frozen=True)
 class ConfigVariant:
+    """A shipped config folder: `name` is unique across families (records store it); `path` is the folder."""
+
     name: str
     family: str
     description: str
-
-    @property
-    def path(self) -> Path:
-        return CONFIGS_ROOT / self.name
+    path: Path
 
     def component_config(self, component: str) -> dict[str, Any]:
         """The component's config.json (scheduler_config.json for the scheduler), parsed."""
@@ -43,11 +42,19 @@ class ConfigVariant:
 
 VARIANTS: tuple[ConfigVariant, ...] = (
     ConfigVariant(
-        "sd-1", "sd-1", "Stable Diffusion 1.x (CLIP ViT-L/14, 860M UNet, f8 VAE) with the real CLIP tokenizer"
+        "sd-1",
+        "sd-1",
+        "Stable Diffusion 1.x (CLIP ViT-L/14, 860M UNet, f8 VAE) with the real CLIP tokenizer",
+        CONFIGS_ROOT / "sd-1",
     ),
-    ConfigVariant("sd-1-demo", "sd-1", "the tiny random-weight demo-sd1 architecture"),
-    ConfigVariant("krea2", "krea2", "Krea-2 transformer (28 blocks, hidden 6144), Qwen-Image VAE; no text encoder"),
-    ConfigVariant("krea2-demo", "krea2", "the tiny random-weight demo-krea2 architecture"),
+    ConfigVariant("sd-1-demo", "sd-1", "the tiny random-weight demo-sd1 architecture", CONFIGS_ROOT / "sd-1-demo"),
+    ConfigVariant(
+        "krea2",
+        "krea2",
+        "Krea-2 transformer (28 blocks, hidden 6144), Qwen-Image VAE; no text encoder",
+        CONFIGS_ROOT / "krea2",
+    ),
+    ConfigVariant("krea2-demo", "krea2", "the tiny random-weight demo-krea2 architecture", CONFIGS_ROOT / "krea2-demo"),
 )
 
 

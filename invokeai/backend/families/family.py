@@ -1,0 +1,115 @@
+"""The family descriptor: everything the generic code (probe, loaders, records, demo install, estimators, nodes)
+needs to know about one model family, declared once in the family's own folder.
+
+The generic modules hold no table keyed by family names: they iterate `invokeai.backend.families.FAMILIES` and read
+these fields. A descriptor module imports no diffusers or transformers at import time (the server imports every
+descriptor at startup, and the records' family names come from them); builders, loaders and schedulers import
+what they need when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from invokeai.backend.models.config_variants import ConfigVariant, Signature
+
+# (config, CallFacts) -> WorkingMemory, and (model, CallFacts, generator) -> a no-argument forward pass; typed
+# loosely here so that this module does not import the cache package.
+Estimator = Callable[[Any, Any], Any]
+RunBuilder = Callable[[Any, Any, torch.Generator], Callable[[], Any]]
+# (single file, its config variant, component, dtype) -> the loaded component (module, tokenizer or scheduler).
+FileLoader = Callable[[Path, ConfigVariant, str, torch.dtype], Any]
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Numbers that the generation code, the estimators, the calibration runs and the nodes share.
+
+    `latent_scale`: pixels a latent spans on a side (the VAE's factor); `size_multiple`: what width and height must
+    be multiples of (the latent scale times the transformer's patch side); `latent_channels`: the VAE's latent
+    channels; `text_lengths`: token lengths the pipeline pads prompts to, by text encoder.
+    """
+
+    latent_scale: int
+    latent_channels: int
+    size_multiple: int
+    text_lengths: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class FileRule:
+    """How one kind of single file of the family is recognised, checked and loaded.
+
+    `container` is what the bytes are ("safetensors" or "gguf"); `format` what records call the result
+    ("checkpoint" or "gguf"); `type` "main" (a whole pipeline in one file) or "transformer" (one component).
+    `matches(names)` says whether a file with these tensor names is this kind (markers only, no shapes);
+    `canonical_name` maps a tensor name to the names `signature` uses (the file may be in the original layout);
+    `signature(variant)` gives the shapes a file made for that shipped config has.
+    """
+
+    container: str
+    format: str
+    type: str
+    what: str
+    components: tuple[str, ...]
+    matches: Callable[[Iterable[str]], bool]
+    signature: Callable[[ConfigVariant], Signature]
+    load: FileLoader
+    canonical_name: Callable[[str], str] = str
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """A tiny random-weight model of the family, built on first start. `filename` is the folder or file name the
+    builder writes under the destination; `build(path)` writes it there, deterministically."""
+
+    name: str
+    description: str
+    type: str
+    format: str
+    filename: str
+    build: Callable[[Path], None]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family.
+
+    `operations` maps every estimator operation to the model component it runs (a component maps to itself;
+    vae_decode and vae_encode run the vae); `estimators` and `runs` are keyed by operation. `folder_check(configs)`
+    lists how a diffusers folder of one of `pipeline_classes` differs from what the family's nodes run (configs:
+    component -> parsed config.json, scheduler -> scheduler_config.json); empty means it runs.
+    `make_scheduler(name, base_config)` builds one of `scheduler_names` on the model's own noise schedule.
+    `node_module` is the dotted name of the module holding the family's nodes (imported by the app, never here).
+    """
+
+    name: str
+    title: str
+    pipeline_classes: tuple[str, ...]
+    components: tuple[str, ...]
+    module_components: tuple[str, ...]
+    constants: Constants
+    operations: Mapping[str, str]
+    estimators: Mapping[str, Estimator]
+    runs: Mapping[str, RunBuilder]
+    scheduler_names: tuple[str, ...]
+    make_scheduler: Callable[[str, Mapping[str, Any]], Any]
+    node_module: str
+    config_variants: tuple[ConfigVariant, ...] = ()
+    files: tuple[FileRule, ...] = ()
+    demos: tuple[DemoModel, ...] = ()
+    folder_check: Callable[[Mapping[str, dict[str, Any]]], list[str]] | None = None
+    # Components read from the folder's configs for folder_check (scheduler_config.json for the scheduler).
+    checked_configs: tuple[str, ...] = field(default=())
+
+    def component_of(self, operation: str) -> str:
+        try:
+            return self.operations[operation]
+        except KeyError:
+            known = ", ".join(sorted(self.operations))
+            raise KeyError(f"the {self.name} family has no operation {operation!r}; known: {known}") from None
