@@ -1,0 +1,306 @@
+"""SDXL base: prompt encoding (two CLIP encoders), denoising (text-to-image and image-to-image) and VAE coding.
+
+Each function computes what diffusers' StableDiffusionXLPipeline / StableDiffusionXLImg2ImgPipeline compute for one
+image of a base model (no prompt weighting, clip skip, LoRA scale, guidance rescale, denoising_start/end, refiner
+aesthetic scores or watermark), so for the same components, prompt, seed, scheduler, steps and size the image is the
+pipeline's.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from PIL import Image
+
+from invokeai.backend.generation.preview import RgbProjection
+from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
+
+from .constants import LATENT_SCALE, SIZE_MULTIPLE
+
+# Linear map from the four SDXL latent channels (scaled by the VAE's scaling factor) to RGB in about [-1, 1]: a
+# published least-squares fit of SDXL VAE decodes on latents, for step previews at the cost of one matmul.
+LATENT_RGB = RgbProjection(
+    weights=torch.tensor(
+        [
+            [0.3651, 0.4232, 0.4341],
+            [-0.2533, -0.0042, 0.1068],
+            [0.1076, 0.1111, -0.0362],
+            [-0.3165, -0.2492, -0.2188],
+        ]
+    ),
+    bias=torch.tensor([0.1084, -0.0175, -0.0011]),
+)
+
+
+@dataclass(frozen=True)
+class SdxlConditioning:
+    """One prompt's conditioning: `embeds` (1, tokens, width 1 + width 2), both encoders' penultimate hidden states
+    side by side; `pooled` (1, projection_dim), the second encoder's projected text embedding."""
+
+    embeds: torch.Tensor
+    pooled: torch.Tensor
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    """What one text encoder gives the conditioning: its penultimate hidden states, and its pooled output when it
+    returns one first (CLIPTextModelWithProjection's text_embeds, (1, projection_dim))."""
+
+    hidden: torch.Tensor
+    pooled: torch.Tensor | None
+
+
+@torch.inference_mode()
+def encode_with(text_encoder: Any, tokenizer: Any, prompt: str, device: torch.device | str) -> EncoderOutput:
+    """One encoder's part of the conditioning, as the pipeline computes it: the prompt padded and truncated to the
+    tokenizer's length, no attention mask, hidden_states[-2]."""
+    tokens = tokenizer(
+        prompt, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+    )
+    output = text_encoder(tokens.input_ids.to(device), output_hidden_states=True)
+    # The pipeline takes the pooled output from the encoder whose first output is 2-D (the projecting one).
+    first = output[0]
+    pooled = first if first.ndim == 2 else None
+    return EncoderOutput(hidden=output.hidden_states[-2], pooled=pooled)
+
+
+def join(
+    first: EncoderOutput, second: EncoderOutput, dtype: torch.dtype, device: torch.device | str
+) -> SdxlConditioning:
+    """Both encoders' parts as the UNet's conditioning, in `dtype` (the pipeline uses text_encoder_2's)."""
+    pooled = first.pooled if first.pooled is not None else second.pooled
+    if pooled is None:
+        raise ValueError(
+            "neither text encoder returned a pooled projection; SDXL's second text encoder must be a "
+            "CLIPTextModelWithProjection"
+        )
+    embeds = torch.cat([first.hidden, second.hidden], dim=-1).to(device=device, dtype=dtype)
+    return SdxlConditioning(embeds=embeds, pooled=pooled.to(device=device))
+
+
+def encode_prompt(
+    text_encoder: Any,
+    text_encoder_2: Any,
+    tokenizer: Any,
+    tokenizer_2: Any,
+    prompt: str,
+    device: torch.device | str,
+    prompt_2: str | None = None,
+) -> SdxlConditioning:
+    """The conditioning for `prompt` (the first encoder) and `prompt_2` (the second; the pipeline's default: the
+    same prompt). A negative prompt is the same call; a missing one under guidance is `denoise(negative=None)`."""
+    first = encode_with(text_encoder, tokenizer, prompt, device)
+    second = encode_with(text_encoder_2, tokenizer_2, prompt_2 or prompt, device)
+    return join(first, second, text_encoder_2.dtype, device)
+
+
+def add_time_ids(
+    unet: Any, width: int, height: int, projection_dim: int, dtype: torch.dtype, device: torch.device | str
+) -> torch.Tensor:
+    """The micro-conditioning (1, 6) the pipeline passes by default: original size = target size = (height,
+    width), crop (0, 0); checked against the UNet's add embedding width as the pipeline checks it."""
+    ids = [height, width, 0, 0, height, width]
+    passed = unet.config.addition_time_embed_dim * len(ids) + projection_dim
+    expected = unet.add_embedding.linear_1.in_features
+    if passed != expected:
+        raise ValueError(
+            f"the UNet's add embedding takes {expected} features, but 6 time ids x addition_time_embed_dim "
+            f"{unet.config.addition_time_embed_dim} + the text encoder's projection_dim {projection_dim} = {passed}: "
+            "the text encoder does not belong to this UNet"
+        )
+    return torch.tensor([ids], dtype=dtype, device=device)
+
+
+def _step_kwargs(scheduler: Any, generator: torch.Generator) -> dict[str, Any]:
+    """The pipeline's extra scheduler.step arguments: eta 0 where accepted (DDIM), the generator where accepted."""
+    accepted = inspect.signature(scheduler.step).parameters
+    kwargs: dict[str, Any] = {}
+    if "eta" in accepted:
+        kwargs["eta"] = 0.0
+    if "generator" in accepted:
+        kwargs["generator"] = generator
+    return kwargs
+
+
+def _img2img_timesteps(scheduler: Any, steps: int, strength: float) -> torch.Tensor:
+    """The tail of the schedule that `strength` keeps, with the scheduler told where it begins (as the img2img
+    pipeline does without denoising_start)."""
+    kept = min(int(steps * strength), steps)
+    start = max(steps - kept, 0) * scheduler.order
+    if hasattr(scheduler, "set_begin_index"):
+        scheduler.set_begin_index(start)
+    return scheduler.timesteps[start:]
+
+
+def check_size(width: int, height: int) -> None:
+    if width <= 0 or height <= 0 or width % SIZE_MULTIPLE or height % SIZE_MULTIPLE:
+        raise ValueError(f"width and height must be positive multiples of {SIZE_MULTIPLE}, got {width}x{height}")
+
+
+@torch.inference_mode()
+def denoise(
+    unet: Any,
+    scheduler: Any,
+    *,
+    positive: SdxlConditioning,
+    negative: SdxlConditioning | None,
+    width: int,
+    height: int,
+    steps: int,
+    cfg_scale: float,
+    seed: int,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    init_latents: torch.Tensor | None = None,
+    strength: float = 1.0,
+    on_step: StepCallback | None = None,
+    projection_dim: int | None = None,
+) -> torch.Tensor:
+    """Denoised latents (1, 4, height/8, width/8), ready for `vae_decode`.
+
+    `scheduler` is used through a fresh copy (it may be shared). `negative` None under guidance (cfg_scale > 1) is
+    the pipeline's force_zeros_for_empty_prompt with no negative prompt: zero conditioning. Without
+    `init_latents` this is text-to-image; with latents from `vae_encode(vae, image, seed)` it is image-to-image,
+    starting `strength` of the way into the schedule. `projection_dim` is text_encoder_2's config projection_dim
+    (what the pipeline reads; default: the pooled embedding's width, which equals it). `on_step(step, total,
+    latents)` runs after every step; raising from it ends the run.
+    """
+    check_size(width, height)
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    if not 0.0 <= strength <= 1.0:
+        raise ValueError(f"strength must be within [0, 1], got {strength}")
+    if unet.config.time_cond_proj_dim is not None:
+        raise ValueError("UNets with a guidance embedding (time_cond_proj_dim, e.g. LCM) are not supported")
+    device = torch.device(device)
+    scheduler = fresh_scheduler(scheduler)
+    generator = seeded_generator(seed)
+    shape = (1, unet.config.in_channels, height // LATENT_SCALE, width // LATENT_SCALE)
+
+    scheduler.set_timesteps(steps, device=device)
+    if init_latents is None:
+        timesteps = scheduler.timesteps
+        latents = seeded_noise(shape, generator, device, dtype) * scheduler.init_noise_sigma
+        if hasattr(scheduler, "set_begin_index"):
+            scheduler.set_begin_index(0)
+    else:
+        if tuple(init_latents.shape) != shape:
+            raise ValueError(f"init_latents have shape {tuple(init_latents.shape)}; {width}x{height} needs {shape}")
+        timesteps = _img2img_timesteps(scheduler, steps, strength)
+        if len(timesteps) == 0:
+            raise ValueError(f"strength {strength} keeps none of the {steps} steps; raise the strength or the steps")
+        # The img2img pipeline drew the VAE posterior sample (vae_encode) from this same generator first; its noise
+        # is the generator's next draw.
+        seeded_noise(shape, generator, "cpu", dtype)
+        noise = seeded_noise(shape, generator, device, dtype)
+        latents = scheduler.add_noise(init_latents.to(device=device, dtype=dtype), noise, timesteps[:1].repeat(1))
+
+    guided = cfg_scale > 1.0
+    if guided and negative is None:
+        negative = SdxlConditioning(torch.zeros_like(positive.embeds), torch.zeros_like(positive.pooled))
+    projection_dim = projection_dim if projection_dim is not None else int(positive.pooled.shape[-1])
+    embed_dtype = positive.embeds.dtype
+    time_ids = add_time_ids(unet, width, height, projection_dim, embed_dtype, device)
+    if guided:
+        assert negative is not None
+        embeds = torch.cat([negative.embeds, positive.embeds])
+        pooled = torch.cat([negative.pooled, positive.pooled])
+        time_ids = torch.cat([time_ids, time_ids])
+    else:
+        embeds, pooled = positive.embeds, positive.pooled
+    added = {"text_embeds": pooled.to(device), "time_ids": time_ids}
+    embeds = embeds.to(device)
+    step_kwargs = _step_kwargs(scheduler, generator)
+    total = len(timesteps)
+    for index, t in enumerate(timesteps):
+        model_input = torch.cat([latents] * 2) if guided else latents
+        model_input = scheduler.scale_model_input(model_input, t)
+        noise_pred = unet(model_input, t, encoder_hidden_states=embeds, added_cond_kwargs=added, return_dict=False)[0]
+        if guided:
+            uncond, cond = noise_pred.chunk(2)
+            noise_pred = uncond + cfg_scale * (cond - uncond)
+        latents = scheduler.step(noise_pred, t, latents, **step_kwargs, return_dict=False)[0]
+        if on_step is not None:
+            on_step(index + 1, total, latents)
+    return latents
+
+
+def _image_processor(vae: Any) -> Any:
+    from diffusers.image_processor import VaeImageProcessor
+
+    return VaeImageProcessor(vae_scale_factor=2 ** (len(vae.config.block_out_channels) - 1))
+
+
+def _latent_stats(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    mean = getattr(vae.config, "latents_mean", None)
+    std = getattr(vae.config, "latents_std", None)
+    if mean is None or std is None:
+        return None
+    as_tensor = lambda v: torch.tensor(v).view(1, -1, 1, 1).to(like.device, like.dtype)  # noqa: E731
+    return as_tensor(mean), as_tensor(std)
+
+
+def decode_upcasts(vae: Any) -> bool:
+    """Whether decoding runs the VAE in fp32: the pipeline upcasts an fp16 VAE whose config sets force_upcast (the
+    SDXL VAE overflows in fp16); bf16 and fp32 VAEs decode in their own dtype."""
+    return vae.dtype == torch.float16 and bool(getattr(vae.config, "force_upcast", False))
+
+
+def encode_upcasts(vae: Any) -> bool:
+    """Whether encoding runs the VAE in fp32: the img2img pipeline upcasts whenever the config sets force_upcast."""
+    return vae.dtype != torch.float32 and bool(getattr(vae.config, "force_upcast", False))
+
+
+class _Upcast:
+    """The VAE in fp32 while the block runs, back in its own dtype after, as the pipelines do it (in place: the
+    fp32 weights replace the 16-bit ones for that time)."""
+
+    def __init__(self, vae: Any, active: bool) -> None:
+        self.vae, self.active, self.dtype = vae, active, vae.dtype
+
+    def __enter__(self) -> Any:
+        if self.active:
+            self.vae.to(dtype=torch.float32)
+        return self.vae
+
+    def __exit__(self, *_: object) -> None:
+        if self.active:
+            self.vae.to(dtype=self.dtype)
+
+
+@torch.inference_mode()
+def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
+    """The RGB image the pipeline returns for these latents."""
+    with _Upcast(vae, decode_upcasts(vae)):
+        latents = latents.to(device=vae.device, dtype=vae.dtype)
+        stats = _latent_stats(vae, latents)
+        if stats is not None:
+            mean, std = stats
+            latents = latents * std / vae.config.scaling_factor + mean
+        else:
+            latents = latents / vae.config.scaling_factor
+        decoded = vae.decode(latents, return_dict=False)[0]
+    return _image_processor(vae).postprocess(decoded, output_type="pil")[0]
+
+
+@torch.inference_mode()
+def vae_encode(vae: Any, image: Image.Image, seed: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Scaled latents of `image` in `dtype` (default: the VAE's), sampled from the VAE posterior with the seed's
+    generator, as the img2img pipeline prepares them. Pass the same seed to `denoise`, whose noise then continues
+    that generator's stream."""
+    dtype = dtype or vae.dtype
+    pixels = _image_processor(vae).preprocess(image).to(device=vae.device, dtype=dtype)
+    upcast = encode_upcasts(vae)
+    with _Upcast(vae, upcast):
+        if upcast:
+            pixels = pixels.float()
+        sample = vae.encode(pixels).latent_dist.sample(seeded_generator(seed))
+    latents = sample.to(dtype)
+    stats = _latent_stats(vae, latents)
+    if stats is not None:
+        mean, std = stats
+        return (latents - mean) * vae.config.scaling_factor / std
+    return vae.config.scaling_factor * latents
