@@ -1,6 +1,6 @@
 """demo-sdxl: a tiny random-weight StableDiffusionXLPipeline from the real classes, built in about a second.
 
-Two CLIP text encoders 32 wide (so the UNet's cross-attention width is their concatenation, 64), a two-level UNet
+Two CLIP text encoders, 32 and 64 wide (the UNet attends over their concatenation, 96), a two-level UNet
 with text_time conditioning, linear projections, per-block head counts and two transformer layers in its attention
 level (the SDXL features its code paths depend on), the tiny SD VAE with SDXL's scaling factor and force_upcast, and
 SDXL base's Euler scheduler. Seeded per component, so the saved bytes are the same on every build.
@@ -23,7 +23,10 @@ SEED = 20240601
 TEXT = dict(
     hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=77
 )
-TEXT_2 = dict(TEXT, projection_dim=32, hidden_act="gelu")
+# Wider than the first, as OpenCLIP bigG (1280) is than CLIP ViT-L (768): diffusers tells the two encoders of an SGM
+# file apart by width, so equal widths would make the demo's single file unreadable to it. Its projection is
+# narrower than its width, so a transposed text_projection cannot pass for the right one.
+TEXT_2 = dict(TEXT, hidden_size=64, intermediate_size=128, projection_dim=32, hidden_act="gelu")
 ADDITION_TIME_EMBED_DIM = 8
 UNET = dict(
     sample_size=8,
