@@ -1,0 +1,138 @@
+"""Working memory of SDXL components: both CLIP text encoders, the UNet (one denoise step), VAE decode/encode.
+
+SDXL's components are SD-1's kinds, so the SD-1 walks apply (invokeai SD-1 estimators, whose docstring gives each
+term); what differs is read off the configs:
+- Text encoders: the pipeline asks for every layer's hidden states (it conditions on the penultimate one), so all
+  `num_hidden_layers + 1` of them stay alive beside the layer that runs; one causal self-attention per layer over
+  the 77 padded tokens, no mask. CLIPTextModel (ViT-L) and CLIPTextModelWithProjection (bigG) alike, but bigG's
+  exact GELU holds one temporary beside fc1's output where ViT-L's quick_gelu holds three.
+- UNet: per-level head counts (`attention_head_dim` is SDXL's head count per block, diffusers' legacy naming:
+  5/10/20 heads of 64), `transformer_layers_per_block` (1/2/10 BasicTransformerBlocks, each one self- and one
+  cross-attention over 77 tokens of the two encoders' concatenated states), no attention in the first level, the
+  mid block's depth, linear proj_in/proj_out (their weights are counted as the 1x1 convolutions SD-1 has), and the
+  text_time add embedding (a few kilobytes). Guidance doubles the batch.
+- VAE: the SD walk. An fp16 VAE whose config sets force_upcast decodes in fp32 (the pipeline upcasts it, and so does
+  `generation.vae_decode`); encoding upcasts any 16-bit VAE with force_upcast. Upcast calls are priced at fp32, plus
+  the fp32 copy of the weights the in-place upcast allocates (2 bytes more per parameter than the fp16 ones it
+  replaces, counted from the config).
+The text encoder and UNet factors scale the walks to what `scripts/calibrate_working_memory.py` measured on CPU for
+demo-sdxl (peak live bytes, fp32, 64-256 px, batches raised to 8 MiB) so the estimate lies between 1.0 and 1.3
+times the measurement; the VAE is SD-1's VAE architecture and keeps SD-1's walk and factors whole.
+Full-size SDXL UNet (configs/sdxl-base, random weights, fp32, CPU, batch 2 for guidance): see the table at the
+end of this docstring (filled in from the calibration run).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from invokeai.backend.cache import estimators_sd1 as sd1
+from invokeai.backend.cache.estimate import AttentionCall, CallFacts, ConfigLike, WorkingMemory, config_dict
+
+from .constants import CLIP_TOKENS, LATENT_SCALE
+
+# Calibrated on CPU (see the module docstring); the walks, not these, carry the scaling with size and batch.
+ACTIVATION_FACTOR = {
+    "text_encoder": 0.9,
+    "text_encoder_2": 0.9,
+    "unet": 0.9,
+}
+# Temporaries of the text encoder MLP's activation per fc1 output element, fc1's output included: quick_gelu
+# (CLIP ViT-L) keeps its scaled input, sigmoid and product; the exact GELU (OpenCLIP bigG) computes in one kernel.
+_MLP_TEMPORARIES = {"quick_gelu": 4, "gelu": 2}
+
+
+# --- text encoders ------------------------------------------------------------------------------------------
+
+
+def _text(operation: str, config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    c = config_dict(config)
+    tokens = facts.prompt_tokens or c.get("max_position_embeddings", CLIP_TOKENS)
+    hidden, inner, heads = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"]
+    layers = c["num_hidden_layers"]
+    # Per token: the hidden states kept so far (every layer's output, output_hidden_states=True), the layer norm's
+    # output, then either q/k/v/attention output or the MLP's fc1 output and its activation's temporaries.
+    mlp = _MLP_TEMPORARIES.get(c.get("hidden_act", "quick_gelu"), 4) * inner
+    per_token = (layers + 2) * hidden + max(6 * hidden, mlp)
+    activation = int(ACTIVATION_FACTOR[operation] * facts.batch * tokens * per_token * facts.dtype.itemsize)
+    calls = [
+        AttentionCall(
+            num_heads=facts.batch * heads,
+            query_len=tokens,
+            key_len=tokens,
+            head_dim=hidden // heads,
+            is_causal=True,
+            count=layers,
+        )
+    ]
+    return WorkingMemory(activation, calls)
+
+
+def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    return _text("text_encoder", config, facts)
+
+
+def text_encoder_2(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    return _text("text_encoder_2", config, facts)
+
+
+# --- UNet ---------------------------------------------------------------------------------------------------
+
+
+def unet(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    c = config_dict(config)
+    batch = facts.batch * (2 if facts.guidance else 1)
+    latent_h, latent_w = facts.height // LATENT_SCALE, facts.width // LATENT_SCALE
+    entry_bytes = ACTIVATION_FACTOR["unet"] * batch * facts.dtype.itemsize
+    activation = sd1._unet_peak_bytes(c, latent_h, latent_w, entry_bytes, sd1._weight_copy_bytes(facts))
+    calls = sd1.unet_attention_calls(c, facts, batch, facts.prompt_tokens or CLIP_TOKENS)
+    return WorkingMemory(activation, calls)
+
+
+# --- VAE ----------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _vae_parameters(config_json: str) -> int:
+    """Parameters of the AutoencoderKL a config describes, counted on the meta device (no memory, no weights)."""
+    from diffusers import AutoencoderKL
+
+    with torch.device("meta"):
+        model = AutoencoderKL.from_config(json.loads(config_json))
+    return sum(p.numel() for p in model.parameters())
+
+
+def _priced(walk: Callable[[ConfigLike, CallFacts], WorkingMemory], c: dict, facts: CallFacts, upcasts: bool):
+    """`walk` as the call runs: in fp32 beside the fp32 weights an in-place upcast allocates, when it upcasts."""
+    if not upcasts:
+        return walk(c, facts)
+    memory = walk(c, replace(facts, dtype=torch.float32))
+    keys = {k: v for k, v in c.items() if not k.startswith("_")}
+    extra = (4 - facts.dtype.itemsize) * _vae_parameters(json.dumps(keys, sort_keys=True, default=list))
+    return WorkingMemory(memory.activation_bytes + extra, memory.attention_calls)
+
+
+def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    c = config_dict(config)
+    upcasts = facts.dtype == torch.float16 and bool(c.get("force_upcast", False))
+    return _priced(sd1.vae_decode, c, facts, upcasts)
+
+
+def vae_encode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    c = config_dict(config)
+    upcasts = facts.dtype != torch.float32 and bool(c.get("force_upcast", False))
+    return _priced(sd1.vae_encode, c, facts, upcasts)
+
+
+ESTIMATORS = {
+    "text_encoder": text_encoder,
+    "text_encoder_2": text_encoder_2,
+    "unet": unet,
+    "vae_decode": vae_decode,
+    "vae_encode": vae_encode,
+}
