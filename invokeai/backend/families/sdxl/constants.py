@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from invokeai.backend.families.family import Constants
+
 FAMILY_NAME = "sdxl"
 PIPELINE_CLASS = "StableDiffusionXLPipeline"
 IMG2IMG_PIPELINE_CLASS = "StableDiffusionXLImg2ImgPipeline"
@@ -13,6 +15,9 @@ SIZE_MULTIPLE = 8
 # Both CLIP tokenizers pad every prompt to CLIP's full context; the UNet attends over those 77 tokens.
 CLIP_TOKENS = 77
 TEXT_LENGTHS = {"text_encoder": CLIP_TOKENS, "text_encoder_2": CLIP_TOKENS}
+CONSTANTS = Constants(
+    latent_scale=LATENT_SCALE, latent_channels=LATENT_CHANNELS, size_multiple=SIZE_MULTIPLE, text_lengths=TEXT_LENGTHS
+)
 
 COMPONENTS = ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "unet", "vae", "scheduler")
 MODULE_COMPONENTS = ("text_encoder", "text_encoder_2", "unet", "vae")

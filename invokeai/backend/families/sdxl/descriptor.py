@@ -1,0 +1,108 @@
+"""Stable Diffusion XL base 1.0 and its fine-tunes: diffusers folders and SGM-layout single files (fp32 or fp16)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from invokeai.backend.families.family import DemoModel, Family, FileRule
+from invokeai.backend.families.sdxl import demo, estimators, layout, load_checkpoint, runs, schedulers
+from invokeai.backend.families.sdxl.constants import (
+    COMPONENTS,
+    CONSTANTS,
+    FAMILY_NAME,
+    MODULE_COMPONENTS,
+    OPERATIONS,
+    PIPELINE_CLASS,
+)
+from invokeai.backend.models.config_variants import ConfigVariant
+
+CONFIGS = Path(__file__).parent / "configs"
+TIME_IDS = 6  # original size, crop corner, target size: what the base model's add embedding takes
+
+
+def folder_differences(configs: Mapping[str, dict[str, Any]]) -> list[str]:
+    """How a StableDiffusionXLPipeline folder differs from what the sdxl nodes run (SDXL base text-to-image and
+    image-to-image, epsilon prediction); empty: it runs. Caught at install rather than as a shape error at denoise."""
+    unet, scheduler = configs.get("unet") or {}, configs.get("scheduler") or {}
+    text, text_2 = configs.get("text_encoder") or {}, configs.get("text_encoder_2") or {}
+    found = []
+    if not text:
+        found.append("it has no first text encoder (CLIP ViT-L): an SDXL refiner, which the sdxl nodes do not run")
+    in_channels = unet.get("in_channels", 4)
+    if in_channels != 4:
+        kind = " (an inpainting UNet)" if in_channels == 9 else ""
+        found.append(f"its UNet takes {in_channels} input channels{kind}; SDXL denoising takes 4")
+    if unet.get("time_cond_proj_dim") is not None:
+        found.append(f"its UNet is LCM-distilled (time_cond_proj_dim {unet['time_cond_proj_dim']})")
+    if unet.get("addition_embed_type") != "text_time":
+        found.append(f"its UNet's addition_embed_type is {unet.get('addition_embed_type')!r}; SDXL's is 'text_time'")
+    prediction = scheduler.get("prediction_type", "epsilon")
+    if prediction != "epsilon":
+        found.append(f"its scheduler predicts {prediction!r}; the sdxl nodes run epsilon prediction")
+    if text and text_2:
+        width = text.get("hidden_size", 0) + text_2.get("hidden_size", 0)
+        if unet.get("cross_attention_dim") not in (None, width):
+            found.append(
+                f"its UNet's cross_attention_dim {unet.get('cross_attention_dim')} is not the two text encoders' "
+                f"widths together ({width})"
+            )
+        time_dim = unet.get("addition_time_embed_dim")
+        expected = TIME_IDS * time_dim + text_2.get("projection_dim", 0) if time_dim else None
+        if expected is not None and unet.get("projection_class_embeddings_input_dim") != expected:
+            found.append(
+                f"its UNet's add embedding takes {unet.get('projection_class_embeddings_input_dim')} features, not "
+                f"{TIME_IDS} time ids and the pooled text ({expected}): a refiner's aesthetic-score conditioning?"
+            )
+    return found
+
+
+FAMILY = Family(
+    name=FAMILY_NAME,
+    title="Stable Diffusion XL",
+    pipeline_classes=(PIPELINE_CLASS,),
+    components=COMPONENTS,
+    module_components=MODULE_COMPONENTS,
+    constants=CONSTANTS,
+    operations=OPERATIONS,
+    estimators=estimators.ESTIMATORS,
+    runs=runs.RUNS,
+    scheduler_names=schedulers.SCHEDULER_NAMES,
+    make_scheduler=schedulers.make_scheduler,
+    node_module="invokeai.app.nodes.sdxl",
+    config_variants=(
+        ConfigVariant(
+            "sdxl-base",
+            FAMILY_NAME,
+            "Stable Diffusion XL base 1.0 (CLIP ViT-L/14 + OpenCLIP ViT-bigG/14, 2.6B UNet, f8 VAE) with the real "
+            "CLIP tokenizers",
+            CONFIGS / "sdxl-base",
+        ),
+        ConfigVariant("sdxl-demo", FAMILY_NAME, "the tiny random-weight demo-sdxl architecture", CONFIGS / "sdxl-demo"),
+    ),
+    files=(
+        FileRule(
+            container="safetensors",
+            format="checkpoint",
+            type="main",
+            what="SDXL checkpoint",
+            components=COMPONENTS,
+            matches=layout.is_checkpoint,
+            signature=layout.checkpoint_signature,
+            load=load_checkpoint.load_checkpoint_component,
+        ),
+    ),
+    demos=(
+        DemoModel(
+            name=demo.NAME,
+            description=demo.DESCRIPTION,
+            type="main",
+            format="diffusers",
+            filename=demo.NAME,
+            build=demo.build,
+        ),
+    ),
+    folder_check=folder_differences,
+    checked_configs=("unet", "scheduler", "text_encoder", "text_encoder_2"),
+)
