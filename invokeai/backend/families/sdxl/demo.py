@@ -25,8 +25,9 @@ TEXT = dict(
 )
 # Wider than the first, as OpenCLIP bigG (1280) is than CLIP ViT-L (768): diffusers tells the two encoders of an SGM
 # file apart by width, so equal widths would make the demo's single file unreadable to it. Its projection is
-# narrower than its width, so a transposed text_projection cannot pass for the right one.
-TEXT_2 = dict(TEXT, hidden_size=64, intermediate_size=128, projection_dim=32, hidden_act="gelu")
+# narrower than its width, so a transposed text_projection cannot pass for the right one; its MLP is 4x as wide as
+# bigG's is, so the MLP dominates its working memory as it does bigG's.
+TEXT_2 = dict(TEXT, hidden_size=64, intermediate_size=256, projection_dim=32, hidden_act="gelu")
 ADDITION_TIME_EMBED_DIM = 8
 UNET = dict(
     sample_size=8,
