@@ -1,41 +1,35 @@
-"""Working-memory estimators for every model family and component: what the model cache reserves on the execution
+"""Working-memory estimators for every model family and operation: what the model cache reserves on the execution
 device before a node runs.
 
-`ESTIMATORS[(family, component)](config, facts)` returns a `WorkingMemory`: an activation term plus the attention
-calls the component makes, each priced through `sdpa_score_matrix_bytes`, so a call the installed dispatcher sends
-to math is reserved for. The config is the loaded component's (a diffusers FrozenDict, a transformers
-PretrainedConfig) or its parsed config.json. How each family's terms are derived and calibrated is in its module.
+Each family declares its estimators (`Family.estimators`, keyed by operation: a component, or vae_decode and
+vae_encode). An estimator `(config, facts)` returns a `WorkingMemory`: an activation term plus the attention calls
+the operation makes, each priced through `sdpa_score_matrix_bytes`, so a call the installed dispatcher sends to
+math is reserved for. The config is the component's (a diffusers FrozenDict, a transformers PretrainedConfig) or its
+parsed config.json. How each family's terms are derived and calibrated is in its estimators module.
 """
 
 from __future__ import annotations
 
-from invokeai.backend.cache import estimators_krea2, estimators_sd1
 from invokeai.backend.cache.estimate import AttentionCall, CallFacts, ConfigLike, Estimator, WorkingMemory
 
-ESTIMATORS: dict[tuple[str, str], Estimator] = {**estimators_sd1.ESTIMATORS, **estimators_krea2.ESTIMATORS}
-
-# Estimator components that are one operation of a model component rather than the component itself.
-_MODEL_COMPONENT = {"vae_decode": "vae", "vae_encode": "vae"}
-
 __all__ = [
-    "ESTIMATORS",
     "AttentionCall",
     "CallFacts",
     "WorkingMemory",
     "estimate_working_memory",
-    "model_component",
+    "estimator",
 ]
 
 
-def model_component(component: str) -> str:
-    """The model component (as `invokeai.backend.models` names it) an estimator component runs: vae_decode -> vae."""
-    return _MODEL_COMPONENT.get(component, component)
+def estimator(family: str, operation: str) -> Estimator:
+    from invokeai.backend.families import get_family
+
+    estimators = get_family(family).estimators
+    if operation not in estimators:
+        known = ", ".join(sorted(estimators))
+        raise KeyError(f"no working-memory estimator for {family}/{operation}; known: {known}")
+    return estimators[operation]
 
 
-def estimate_working_memory(family: str, component: str, config: ConfigLike, facts: CallFacts) -> WorkingMemory:
-    try:
-        estimator = ESTIMATORS[(family, component)]
-    except KeyError:
-        known = ", ".join(f"{f}/{c}" for f, c in sorted(ESTIMATORS))
-        raise KeyError(f"no working-memory estimator for {family}/{component}; known: {known}") from None
-    return estimator(config, facts)
+def estimate_working_memory(family: str, operation: str, config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+    return estimator(family, operation)(config, facts)
