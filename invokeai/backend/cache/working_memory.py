@@ -11,25 +11,32 @@ parsed config.json. How each family's terms are derived and calibrated is in its
 from __future__ import annotations
 
 from invokeai.backend.cache.estimate import AttentionCall, CallFacts, ConfigLike, Estimator, WorkingMemory
+from invokeai.backend.families import FAMILIES, get_family
 
 __all__ = [
+    "ESTIMATORS",
     "AttentionCall",
     "CallFacts",
     "WorkingMemory",
     "estimate_working_memory",
-    "estimator",
+    "model_component",
 ]
 
+# Every family's estimators, keyed (family, operation): what the calibration script and the tests iterate.
+ESTIMATORS: dict[tuple[str, str], Estimator] = {
+    (family.name, operation): estimate for family in FAMILIES for operation, estimate in family.estimators.items()
+}
 
-def estimator(family: str, operation: str) -> Estimator:
-    from invokeai.backend.families import get_family
 
-    estimators = get_family(family).estimators
-    if operation not in estimators:
-        known = ", ".join(sorted(estimators))
-        raise KeyError(f"no working-memory estimator for {family}/{operation}; known: {known}")
-    return estimators[operation]
+def model_component(family: str, operation: str) -> str:
+    """The model component an operation runs: vae_decode -> vae, a component -> itself."""
+    return get_family(family).component_of(operation)
 
 
 def estimate_working_memory(family: str, operation: str, config: ConfigLike, facts: CallFacts) -> WorkingMemory:
-    return estimator(family, operation)(config, facts)
+    try:
+        estimate = ESTIMATORS[(family, operation)]
+    except KeyError:
+        known = ", ".join(f"{f}/{o}" for f, o in sorted(ESTIMATORS))
+        raise KeyError(f"no working-memory estimator for {family}/{operation}; known: {known}") from None
+    return estimate(config, facts)

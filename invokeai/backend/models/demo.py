@@ -25,6 +25,8 @@ SEED = 20240601
 class BuiltDemo:
     name: str
     family: str
+    type: str
+    format: str
     description: str
     path: Path
 
@@ -72,15 +74,22 @@ def build_demo_models(dest: Path, names: tuple[str, ...] | None = None) -> list[
     built = []
     try:
         for name in names:
-            _known(name)[1].build(demo_target(staging, name))
+            _build_one(name, staging)
         for name in names:
             final = demo_target(dest, name)
             os.replace(demo_target(staging, name), final)
             family, demo = _known(name)
-            built.append(BuiltDemo(name, family.name, demo.description, final))
+            built.append(BuiltDemo(name, family.name, demo.type, demo.format, demo.description, final))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return built
+
+
+def _build_one(name: str, into: Path) -> Path:
+    """Build demo model `name` under `into`; returns its path there."""
+    target = demo_target(into, name)
+    _known(name)[1].build(target)
+    return target
 
 
 def _remove_stale_builds(dest: Path) -> None:

@@ -21,6 +21,7 @@ from .gguf_header import is_gguf, read_gguf_header
 from .safetensors_header import read_safetensors_header
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_CONTAINERS = {"safetensors": "safetensors", "gguf": "GGUF"}
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 
 
@@ -102,7 +103,8 @@ def _probe_file(path: Path) -> ProbeResult:
     if size == 0:
         raise UnsupportedModelError(f"{path.name}: empty file")
     if is_gguf(path):
-        return _probe_single_file(path, size, "gguf", read_gguf_header(path).tensors)
+        header = read_gguf_header(path)
+        return _probe_single_file(path, size, "gguf", header.tensors, f"architecture {header.architecture!r}, ")
     suffix = path.suffix.lower()
     if suffix in PICKLE_SUFFIXES:
         raise UnsupportedModelError(
@@ -122,7 +124,7 @@ def _probe_file(path: Path) -> ProbeResult:
     return _probe_single_file(path, size, "safetensors", header.tensors)
 
 
-def _probe_single_file(path: Path, size: int, container: str, tensors: dict) -> ProbeResult:
+def _probe_single_file(path: Path, size: int, container: str, tensors: dict, about: str = "") -> ProbeResult:
     """The family file rule for this container that recognises the tensor names, with its config variant."""
     rules = [(family, rule) for family in FAMILIES for rule in family.files]
     for family, rule in rules:
@@ -134,15 +136,16 @@ def _probe_single_file(path: Path, size: int, container: str, tensors: dict) -> 
     if elsewhere:
         rule = elsewhere[0]
         raise UnsupportedModelError(
-            f"{path.name}: a {rule.what} is supported as {rule.container} only, not {container}"
+            f"{path.name}: a {rule.what} is supported as {_CONTAINERS[rule.container]} only, "
+            f"not {_CONTAINERS[container]}"
         )
     looks_like = unsupported_layout(tensors)
     if looks_like is not None:
         raise UnsupportedModelError(f"{path.name}: this looks like {looks_like}, which is not supported yet")
     kinds = [rule.what for _, rule in rules if rule.container == container]
     raise UnsupportedModelError(
-        f"{path.name}: the tensors are in no single-file layout this server runs as {container} "
-        f"({', '.join(kinds) or 'none'}); found {_prefix_summary(tensors)}"
+        f"{path.name}: the tensors are in no single-file layout this server runs as {_CONTAINERS[container]} "
+        f"({', '.join(kinds) or 'none'}); found {about}{_prefix_summary(tensors)}"
     )
 
 

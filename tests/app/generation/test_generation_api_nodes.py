@@ -32,7 +32,7 @@ from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
-from invokeai.backend.models import sd1 as sd1_family
+from invokeai.backend.families.sd1 import layout as sd1_family
 from invokeai.backend.models.loaders import architecture, components_of, load_component
 
 os.environ["HF_HUB_OFFLINE"] = "1"

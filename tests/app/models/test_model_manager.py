@@ -82,12 +82,12 @@ def test_a_lone_transformer_pairs_only_with_a_pipeline_of_its_architecture(
 ) -> None:
     import json
 
-    from invokeai.backend.models.config_variants import get_variant
+    from invokeai.backend.families import config_variant
 
     # A full-size Krea-2 pipeline, as far as pairing looks (its transformer config); its name sorts first.
     full_size = tmp_path / "krea2-full"
     (full_size / "transformer").mkdir(parents=True)
-    config = get_variant("krea2").component_config("transformer")
+    config = config_variant("krea2").component_config("transformer")
     (full_size / "transformer" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     demo = manager.resolve(ModelIdentifier(name="demo-krea2"))
     full = manager.records.add(demo.model_copy(update={"key": "full", "name": "aa-krea2-full", "path": str(full_size)}))
