@@ -1,12 +1,13 @@
 """One demo generation through the server's REST API against diffusers' pipeline called directly, in one run.
 
 The server side is the documented example graph (docs/examples/sd_text_to_image.json: SD, 20 steps at 64x64;
-docs/examples/krea2_text_to_image.json: Krea-2, 8 steps), timed from sending the enqueue request to receiving the
-item's `completed` event; it includes the HTTP round trip, the queue, every node, the tensor store and writing the
-PNG. Like the pipeline called without a step callback, the client takes no step previews: its event stream names
-only `queue_item_status_changed`, and the server makes no preview nobody watches. The direct side is
-StableDiffusionPipeline / Krea2Pipeline in a process of its own, on the same model folders (the records the server
-lists), device, dtype, prompts, seed, size and steps.
+docs/examples/krea2_text_to_image.json: Krea-2, 8 steps; docs/examples/sdxl_text_to_image.json: SDXL, 8 steps),
+timed from sending the enqueue request to receiving the item's `completed` event; it includes the HTTP round trip,
+the queue, every node, the tensor store and writing the PNG. Like the pipeline called without a step callback, the
+client takes no step previews: its event stream names only `queue_item_status_changed`, and the server makes no
+preview nobody watches. The direct side is StableDiffusionPipeline / Krea2Pipeline / StableDiffusionXLPipeline in a
+process of its own, on the same model folders (the records the server lists), device, dtype, prompts, seed, size
+and steps.
 
 Two copies of the same program in two processes can differ by several percent for the whole of their lives (where
 their memory landed), and pairing runs in time does not remove that. So the benchmark runs in rounds: each round
@@ -69,6 +70,7 @@ class Case:
 CASES = (
     Case("sd", "SD-1 demo, 20 steps at 64x64", "sd_text_to_image", "demo-sd1", "cfg_scale"),
     Case("krea2", "Krea-2 demo, 8 steps at 64x64", "krea2_text_to_image", "demo-krea2", "guidance_scale"),
+    Case("sdxl", "SDXL demo, 8 steps at 64x64", "sdxl_text_to_image", "demo-sdxl", "cfg_scale"),
 )
 
 FIXED_COST_BODY: dict[str, Any] = {
@@ -192,12 +194,24 @@ def _pipeline(case: Case, path: Path, device: Any, dtype: Any) -> Any:
             feature_extractor=None,
             requires_safety_checker=False,
         )
+    if case.family == "sdxl":
+        return _sdxl_pipeline(case, parts)
     from diffusers import Krea2Pipeline
 
     from invokeai.backend.families.krea2.generation import Krea2Settings
 
     settings = Krea2Settings.from_model_index(json.loads((path / "model_index.json").read_text(encoding="utf-8")))
     return Krea2Pipeline(**parts, text_encoder_select_layers=settings.select_layers)
+
+
+def _sdxl_pipeline(case: Case, parts: dict[str, Any]) -> Any:
+    from diffusers import StableDiffusionXLPipeline
+
+    from invokeai.backend.families.sdxl.descriptor import FAMILY
+
+    name = case.body["batch"]["graph"]["nodes"]["denoise"]["scheduler"]
+    scheduler = FAMILY.make_scheduler(name, dict(parts["scheduler"].config))
+    return StableDiffusionXLPipeline(**{**parts, "scheduler": scheduler}, add_watermarker=False)
 
 
 def pipeline_call(pipe: Any, case: Case) -> Callable[[], Any]:

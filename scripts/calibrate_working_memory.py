@@ -52,10 +52,27 @@ from invokeai.backend.attention import install_attention
 from invokeai.backend.cache.component_runs import component_run
 from invokeai.backend.cache.working_memory import ESTIMATORS, CallFacts, model_component
 from invokeai.backend.devices import DTYPES
+from invokeai.backend.families import FAMILIES
 
-DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2"}
+# Each family's first diffusers demo: a whole pipeline, so every operation of the family has its component there.
+DEMO_FOLDERS = {
+    family.name: next(demo.filename for demo in family.demos if demo.format == "diffusers")
+    for family in FAMILIES
+    if any(demo.format == "diffusers" for demo in family.demos)
+}
+DEMO_NAMES = {
+    family.name: next(demo.name for demo in family.demos if demo.format == "diffusers")
+    for family in FAMILIES
+    if family.name in DEMO_FOLDERS
+}
 FULL_SIZE_FOLDER = "full-size-sd1"
-TEXT_COMPONENTS = ("text_encoder",)  # no resolution: one row each
+
+
+def _is_text(operation: str) -> bool:
+    """Text encoders have no resolution: one row each."""
+    return operation.startswith("text_encoder")
+
+
 M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
 MAX_BATCH = 64
 
@@ -131,7 +148,7 @@ def measure_component(family: str, component: str, demo_root: Path, args: argpar
     estimator = ESTIMATORS[(family, component)]
     libc = ctypes.CDLL("libc.so.6") if device.type == "cpu" else None
     rows = []
-    sizes = args.sizes[:1] if component in TEXT_COMPONENTS else args.sizes
+    sizes = args.sizes[:1] if _is_text(component) else args.sizes
     for size in sizes:
         batch = _batch_for(estimator, model.config, args, size)
         facts = _facts(args, size, batch)
@@ -141,7 +158,7 @@ def measure_component(family: str, component: str, demo_root: Path, args: argpar
             out = run()  # warm-up
             del out
             peaks = [_cpu_peak(run, libc) if libc is not None else _cuda_peak(run, device) for _ in range(args.repeats)]
-        label = "prompt" if component in TEXT_COMPONENTS else f"{size}x{size}"
+        label = "prompt" if _is_text(component) else f"{size}x{size}"
         rows.append(Row(family, component, label, batch, model_bytes, estimate, int(statistics.median(peaks))))
     return rows
 
@@ -156,7 +173,7 @@ def _in_child(function: Any, *args: Any) -> Any:
 def _build_demos(root: Path) -> list[str]:
     from invokeai.backend.models.demo import build_demo_models
 
-    return [model.name for model in build_demo_models(root, ("demo-sd1", "demo-krea2"))]
+    return [model.name for model in build_demo_models(root, tuple(DEMO_NAMES.values()))]
 
 
 def _build_full_size_sd1(root: Path) -> list[str]:
@@ -216,11 +233,11 @@ def fingerprint(args: argparse.Namespace) -> str:
 
 def print_table(rows: list[Row], args: argparse.Namespace) -> None:
     print(f"# {fingerprint(args)}")
-    header = f"{'family':7} {'component':13} {'size':8} {'batch':>5} {'model MiB':>9} {'estimate MiB':>12} "
+    header = f"{'family':7} {'component':14} {'size':8} {'batch':>5} {'model MiB':>9} {'estimate MiB':>12} "
     print(header + f"{'measured MiB':>12} {'ratio':>6}")
     for row in rows:
         print(
-            f"{row.family:7} {row.component:13} {row.size:8} {row.batch:5d} {row.model_bytes / 2**20:9.2f} "
+            f"{row.family:7} {row.component:14} {row.size:8} {row.batch:5d} {row.model_bytes / 2**20:9.2f} "
             f"{row.estimate / 2**20:12.3f} {row.measured / 2**20:12.3f} {row.ratio:6.2f}"
         )
 

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 UNSUPPORTED_LAYOUTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
-        "an SDXL checkpoint (a second, OpenCLIP-G text encoder under conditioner.embedders.1)",
-        ("conditioner.embedders.1.",),
+        "an SDXL refiner checkpoint (OpenCLIP-G as its only text encoder, under conditioner.embedders.0.model)",
+        ("conditioner.embedders.0.model.",),
     ),
     (
         "a FLUX.1 transformer (double_blocks / single_blocks)",

@@ -98,7 +98,7 @@ def test_list_filters_by_family_and_type(client: TestClient, built_models: dict[
     names = lambda query: [m["name"] for m in client.get(f"{MODELS}/?{query}").json()["models"]]  # noqa: E731
     assert names("") == ["demo-krea2", "demo-krea2-gguf", "demo-sd1"]
     assert names("family=krea2&type=main") == ["demo-krea2"]
-    assert client.get(f"{MODELS}/?family=sdxl").status_code == 422
+    assert client.get(f"{MODELS}/?family=sd-3").status_code == 422
 
 
 def _truncated(built: Path, dest: Path) -> Path:

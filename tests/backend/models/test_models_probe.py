@@ -217,16 +217,16 @@ def test_a_folder_with_an_unreadable_unet_config_is_refused(demo_build: DemoBuil
     [
         (
             [
-                "conditioner.embedders.0.transformer.text_model.embeddings.token_embedding.weight",
-                "conditioner.embedders.1.model.token_embedding.weight",
+                "conditioner.embedders.0.model.token_embedding.weight",
+                "first_stage_model.decoder.conv_out.weight",
                 "model.diffusion_model.out.2.weight",
             ],
-            "SDXL",
+            "SDXL refiner",
         ),
         (["double_blocks.0.img_attn.qkv.weight", "single_blocks.0.linear1.weight", "img_in.weight"], "FLUX.1"),
         (["model.diffusion_model.double_blocks.0.img_attn.qkv.weight"], "FLUX.1"),
     ],
-    ids=["sdxl", "flux", "flux with prefix"],
+    ids=["sdxl refiner", "flux", "flux with prefix"],
 )
 def test_a_single_file_of_another_family_says_which_it_looks_like(
     names: list[str], family: str, tmp_path: Path

@@ -31,8 +31,8 @@ from dataclasses import replace
 
 import torch
 
-from invokeai.backend.cache import estimators_sd1 as sd1
 from invokeai.backend.cache.estimate import AttentionCall, CallFacts, ConfigLike, WorkingMemory, config_dict
+from invokeai.backend.families.sd1 import estimators as sd1
 
 from .constants import CLIP_TOKENS, LATENT_SCALE
 

@@ -156,7 +156,7 @@ def state_dicts_to_checkpoint(
     vae_config: dict[str, Any],
 ) -> dict[str, torch.Tensor]:
     """diffusers-named component state dicts -> one SGM-layout state dict (sorted by name)."""
-    from invokeai.backend.models.convert import _UNET_RESNET, _VAE_RESNET, _rename, unet_key_map, vae_key_map
+    from invokeai.backend.families.sd1.convert import _UNET_RESNET, _VAE_RESNET, _rename, unet_key_map, vae_key_map
 
     # SD-1's UNet map follows the config's blocks; SDXL adds the text_time embedding, LDM's label_emb.
     unet_map = unet_key_map(unet_config) | {
@@ -175,7 +175,7 @@ def pipeline_to_checkpoint(pipeline_dir: Path, dest: Path, dtype: torch.dtype | 
     `dtype` (default: as stored; float16 gives the files people download); it appears complete or not at all."""
     from safetensors.torch import save_file
 
-    from invokeai.backend.models.convert import _load_component
+    from invokeai.backend.families.sd1.convert import _load_component
 
     pipeline_dir, dest = Path(pipeline_dir), Path(dest)
 

@@ -1,0 +1,156 @@
+"""SDXL through the REST API of a real `invokeai-web` on a fresh root (which installs demo-sdxl at its first start):
+the example graphs run as they are and make StableDiffusionXLPipeline's images (also at another size, seed and
+scheduler), attention is counted under every SDXL node type that attends, an unknown scheduler is refused with the
+valid names, and the fp16 SGM single file of the demo installs through the models API and generates."""
+
+from __future__ import annotations
+
+import copy
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from test_generation_api_server import FINISHED, QUEUE, client, enqueue, example, item_of, server  # noqa: F401
+
+T2I, I2I = "sdxl_text_to_image", "sdxl_image_to_image"
+
+
+def run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    item_id = enqueue(http, body)
+    deadline = time.monotonic() + 120
+    while (item := item_of(http, item_id))["status"] not in FINISHED:
+        assert time.monotonic() < deadline, item
+        time.sleep(0.05)
+    assert item["status"] == "completed", item.get("error_traceback")
+    return item
+
+
+def image_of(http: httpx.Client, item: dict[str, Any]) -> Image.Image:
+    name = item["session"]["results"]["decode"]["image"]["image_name"]
+    full = http.get(f"/api/v1/images/i/{name}/full")
+    with Image.open(io.BytesIO(full.content)) as png:
+        assert png.format == "PNG"
+        return png.convert("RGB")
+
+
+def max_difference(a: Image.Image, b: Image.Image) -> int:
+    assert a.size == b.size
+    return int(np.abs(np.asarray(a, np.int16) - np.asarray(b.convert("RGB"), np.int16)).max())
+
+
+def stock_image(pipe: Any, body: dict[str, Any], scheduler: str) -> Image.Image:
+    """StableDiffusionXLPipeline's image for the graph's prompts, size, steps, guidance, seed and scheduler."""
+    from invokeai.backend.families.sdxl.descriptor import FAMILY
+
+    nodes = body["batch"]["graph"]["nodes"]
+    denoise = nodes["denoise"]
+    pipe.scheduler = FAMILY.make_scheduler(scheduler, dict(pipe.scheduler.config))
+    negative = nodes.get("negative")
+    return pipe(
+        nodes["positive"]["prompt"],
+        prompt_2=nodes["positive"].get("prompt_2"),
+        negative_prompt=negative["prompt"] if negative else None,
+        width=denoise["width"],
+        height=denoise["height"],
+        num_inference_steps=denoise["steps"],
+        guidance_scale=denoise["cfg_scale"],
+        generator=torch.Generator("cpu").manual_seed(denoise["seed"]),
+    ).images[0]
+
+
+@pytest.fixture(scope="module")
+def records(server: str) -> dict[str, dict[str, Any]]:  # noqa: F811
+    listing = httpx.get(f"{server}/api/v2/models/").json()["models"]
+    return {record["name"]: record for record in listing}
+
+
+@pytest.fixture(scope="module")
+def demo_pipeline(records: dict[str, dict[str, Any]]) -> Any:
+    from diffusers import StableDiffusionXLPipeline
+
+    pipe = StableDiffusionXLPipeline.from_pretrained(
+        records["demo-sdxl"]["path"], torch_dtype=torch.float32, local_files_only=True, add_watermarker=False
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def test_demo_sdxl_is_installed_on_first_start(records: dict[str, dict[str, Any]]) -> None:
+    record = records["demo-sdxl"]
+    assert (record["family"], record["type"], record["format"]) == ("sdxl", "main", "diffusers")
+
+
+def test_the_text_to_image_example_and_a_variant_make_the_pipelines_images(
+    client: httpx.Client,  # noqa: F811
+    demo_pipeline: Any,
+) -> None:
+    body = example(T2I)
+    variant = copy.deepcopy(body)
+    denoise = variant["batch"]["graph"]["nodes"]["denoise"]
+    denoise.update(width=128, seed=denoise["seed"] + 7, scheduler="dpmpp_2m_k")
+    for graph, scheduler in ((body, "euler"), (variant, "dpmpp_2m_k")):
+        served = image_of(client, run(client, graph))
+        nodes = graph["batch"]["graph"]["nodes"]
+        assert served.size == (nodes["denoise"]["width"], nodes["denoise"]["height"])
+        assert max_difference(served, stock_image(demo_pipeline, graph, scheduler)) <= 1
+
+
+def test_the_image_to_image_example_runs_and_attention_is_counted_per_node_type(
+    client: httpx.Client,  # noqa: F811
+) -> None:
+    body = example(I2I)
+    served = image_of(client, run(client, body))
+    denoise = body["batch"]["graph"]["nodes"]["denoise"]
+    assert served.size == (denoise["width"], denoise["height"])
+    run(client, example(T2I))
+    counts = client.get("/api/v1/app/attention").json()["counts"]
+    for node_type in ("sdxl_text_encoder", "sdxl_denoise", "sdxl_vae_decode", "sdxl_vae_encode"):
+        assert sum(counts.get(node_type, {}).values()) > 0, (node_type, counts)
+
+
+def test_an_unknown_scheduler_is_refused_with_the_valid_names(client: httpx.Client) -> None:  # noqa: F811
+    body = example(T2I)
+    body["batch"]["graph"]["nodes"]["denoise"]["scheduler"] = "no_such_scheduler"
+    response = client.post(f"{QUEUE}/enqueue_batch", json=body)
+    assert response.status_code == 422
+    assert all(name in response.text for name in ("euler", "euler_a", "dpmpp_2m_k"))
+
+
+def test_the_fp16_single_file_installs_and_generates_the_pipelines_image(
+    client: httpx.Client,  # noqa: F811
+    records: dict[str, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    from diffusers import StableDiffusionXLPipeline
+
+    from invokeai.backend.families import config_variant
+    from invokeai.backend.families.sdxl.layout import pipeline_to_checkpoint
+
+    file = pipeline_to_checkpoint(
+        Path(records["demo-sdxl"]["path"]), tmp_path / "sdxl-demo-fp16.safetensors", dtype=torch.float16
+    )
+    response = client.post("/api/v2/models/install", json={"source": str(file), "name": "sdxl-file"})
+    assert response.status_code == 201, response.text
+    record = response.json()
+    assert (record["family"], record["type"], record["format"], record["config_variant"]) == (
+        "sdxl",
+        "main",
+        "checkpoint",
+        "sdxl-demo",
+    )
+    body = example(T2I)
+    for node in body["batch"]["graph"]["nodes"].values():
+        if "model" in node:
+            node["model"] = {"name": "sdxl-file"}
+    served = image_of(client, run(client, body))
+    pipe = StableDiffusionXLPipeline.from_single_file(
+        str(file), config=str(config_variant("sdxl-demo").path), local_files_only=True, torch_dtype=torch.float32
+    )
+    pipe.set_progress_bar_config(disable=True)
+    assert max_difference(served, stock_image(pipe, body, "euler")) <= 1
