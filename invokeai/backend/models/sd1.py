@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
+
 from .config_variants import ConfigVariant, Signature
 
 FAMILY = "sd-1"
@@ -23,7 +25,7 @@ VAE_PREFIX = "first_stage_model."
 TEXT_PREFIX = "cond_stage_model.transformer.text_model."
 CHECKPOINT_PREFIXES = {"unet": UNET_PREFIX, "vae": VAE_PREFIX, "text_encoder": TEXT_PREFIX}
 
-SCHEDULER_NAMES = ("euler", "ddim", "dpmpp_2m")
+SCHEDULER_NAMES = SD_SCHEDULER_NAMES
 # OpenCLIP ViT-H's width: the text embeddings Stable Diffusion 2.x's UNet attends over (SD-1.5's CLIP ViT-L is 768).
 SD2_TEXT_WIDTH = 1024
 
@@ -99,15 +101,4 @@ def checkpoint_signature(variant: ConfigVariant) -> Signature:
 
 def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
     """One of the family's samplers, on the model's own noise schedule (betas, offsets) from `base_config`."""
-    from diffusers import DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
-
-    from .schedulers import new_scheduler
-
-    # Keys a scheduler does not know (e.g. PNDM's skip_prk_steps) are dropped by from_config.
-    if name == "euler":
-        return new_scheduler(EulerDiscreteScheduler, base_config)
-    if name == "ddim":
-        return new_scheduler(DDIMScheduler, base_config)
-    if name == "dpmpp_2m":
-        return new_scheduler(DPMSolverMultistepScheduler, base_config, algorithm_type="dpmsolver++", solver_order=2)
-    raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: {', '.join(SCHEDULER_NAMES)}")
+    return make_sd_scheduler(name, base_config)
