@@ -71,13 +71,19 @@ def demo_pipeline() -> Any:
 
 
 def _configs(demo_pipeline: Any) -> dict[str, dict[str, Any]]:
-    """The classic SD-1.5 PNDM file as shipped, that file as a loaded PNDMScheduler holds it (with
-    `_use_default_values`), and the demo model's own scheduler config (a recent DDIM one)."""
-    from diffusers import PNDMScheduler
+    """Scheduler configs SD models come with: the classic SD-1.5 PNDM file as shipped (no timestep_spacing), that file
+    as a loaded PNDMScheduler holds it (defaults listed under `_use_default_values`), one older than steps_offset, a
+    recent Euler one with trailing spacing, and the demo model's own (a recent DDIM one)."""
+    from diffusers import EulerDiscreteScheduler, PNDMScheduler
 
     shipped = json.loads(SD15_SCHEDULER.read_text())
-    loaded = dict(PNDMScheduler.from_pretrained(SD15_SCHEDULER.parent).config)
-    return {"sd-1.5 file": shipped, "sd-1.5 loaded": loaded, "demo": dict(demo_pipeline.scheduler.config)}
+    return {
+        "sd-1.5 file": shipped,
+        "sd-1.5 loaded": dict(PNDMScheduler.from_pretrained(SD15_SCHEDULER.parent).config),
+        "older than steps_offset": {key: value for key, value in shipped.items() if key != "steps_offset"},
+        "euler, trailing": dict(EulerDiscreteScheduler.from_config(shipped, timestep_spacing="trailing").config),
+        "demo": dict(demo_pipeline.scheduler.config),
+    }
 
 
 def _steps(name: str) -> int:
@@ -85,10 +91,22 @@ def _steps(name: str) -> int:
 
 
 def _diffusers(name: str, config: dict[str, Any]) -> Any:
+    """The scheduler as InvokeAI and a diffusers user build it: `from_config({**config, **options})`. Where the config
+    is a loaded one listing an option's key under `_use_default_values` (the "euler, trailing" one lists
+    use_karras_sigmas), from_config would drop the option again; the name means the option, so it is taken off that
+    list, which is what diffusers' own `from_config(config, **options)` does."""
     import diffusers
 
     cls, options = EXPECTED[name]
-    return getattr(diffusers, cls).from_config({**config, **options})
+    merged = {**config, **options}
+    if "_use_default_values" in config:
+        merged["_use_default_values"] = [key for key in config["_use_default_values"] if key not in options]
+    return getattr(diffusers, cls).from_config(merged)
+
+
+def _comparable(config: Any) -> dict[str, Any]:
+    """A scheduler's config; `_use_default_values` is a list made from a set, so its order is not part of it."""
+    return {**dict(config), "_use_default_values": sorted(config.get("_use_default_values", []))}
 
 
 def test_the_names_are_invokeais_in_order() -> None:
@@ -109,7 +127,7 @@ def test_each_name_is_diffusers_scheduler_on_the_models_schedule(name: str, demo
     for label, config in _configs(demo_pipeline).items():
         ours, theirs = make_sd_scheduler(name, config), _diffusers(name, config)
         assert type(ours) is type(theirs), label
-        assert dict(ours.config) == dict(theirs.config), label
+        assert _comparable(ours.config) == _comparable(theirs.config), label
         assert ours.config.beta_schedule == "scaled_linear", label
         for scheduler in (ours, theirs):
             scheduler.set_timesteps(_steps(name))
@@ -192,4 +210,45 @@ def test_each_name_gives_the_stock_pipelines_image(name: str, demo_pipeline: Any
         ).images[0]
     finally:
         demo_pipeline.scheduler = base
+    assert np.abs(ours - np.asarray(expected, dtype=np.int16)).max() <= 1
+
+
+@pytest.mark.parametrize("name", SD_SCHEDULER_NAMES)
+def test_each_name_gives_the_stock_image_to_image(name: str, demo_pipeline: Any) -> None:
+    # 6 steps at strength 0.6 run the last 3: each scheduler starts mid-schedule, from its own add_noise.
+    from diffusers import StableDiffusionImg2ImgPipeline
+
+    from invokeai.backend.generation import sd1
+
+    base = demo_pipeline.scheduler
+    noise = torch.randn(1, 4, SIZE // 8, SIZE // 8, generator=torch.Generator().manual_seed(3))
+    init = sd1.vae_decode(demo_pipeline.vae, noise * demo_pipeline.vae.config.scaling_factor)
+    latents = sd1.denoise(
+        demo_pipeline.unet,
+        make_sd_scheduler(name, dict(base.config)),
+        positive=_encode(demo_pipeline, PROMPT),
+        negative=_encode(demo_pipeline, ""),
+        width=SIZE,
+        height=SIZE,
+        steps=6,
+        cfg_scale=CFG,
+        seed=SEED,
+        device="cpu",
+        dtype=torch.float32,
+        init_latents=sd1.vae_encode(demo_pipeline.vae, init, SEED),
+        strength=0.6,
+    )
+    ours = np.asarray(sd1.vae_decode(demo_pipeline.vae, latents), dtype=np.int16)
+    pipe = StableDiffusionImg2ImgPipeline(
+        **{**demo_pipeline.components, "scheduler": _diffusers(name, dict(base.config))}
+    )
+    pipe.set_progress_bar_config(disable=True)
+    expected = pipe(
+        PROMPT,
+        image=init,
+        strength=0.6,
+        num_inference_steps=6,
+        guidance_scale=CFG,
+        generator=torch.Generator("cpu").manual_seed(SEED),
+    ).images[0]
     assert np.abs(ours - np.asarray(expected, dtype=np.int16)).max() <= 1
