@@ -116,6 +116,19 @@ def test_the_names_are_invokeais_in_order() -> None:
         assert (choice.class_name, dict(choice.options)) == (cls, options)
 
 
+def test_docs_api_md_lists_each_name_with_its_class_and_options() -> None:
+    import re
+
+    text = (Path(__file__).parents[3] / "docs" / "api.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+Scheduler)` \| ([^|]*)\|$", text, re.M)
+    documented = {name: (cls, options.strip().strip("`")) for name, cls, options in rows}
+    written = {
+        name: (cls, ", ".join(f"{key}={value!r}".replace("'", '"') for key, value in options.items()))
+        for name, (cls, options) in EXPECTED.items()
+    }
+    assert documented == written
+
+
 def test_an_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown scheduler 'no_such'") as caught:
         make_sd_scheduler("no_such", {})
