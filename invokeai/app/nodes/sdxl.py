@@ -23,9 +23,9 @@ from invokeai.app.nodes.model_fields import (
     ModelInputField,
 )
 from invokeai.app.nodes.model_use import TensorKind, decode_latents, family_model, latents_output, step_reporter
+from invokeai.backend.families.sd_schedulers import SDSchedulerName
 from invokeai.backend.families.sdxl.constants import FAMILY_NAME, LATENT_SCALE
 from invokeai.backend.families.sdxl.descriptor import FAMILY as SDXL
-from invokeai.backend.families.sdxl.schedulers import SCHEDULER_NAMES
 
 FAMILY = FAMILY_NAME
 
@@ -33,7 +33,6 @@ CONDITIONING = TensorKind("conditioning", ("sdxl_embeds", "sdxl_pooled"), "sdxl_
 LATENTS = TensorKind("latents", ("sdxl_latents",), "sdxl_denoise or sdxl_vae_encode")
 
 MODEL_DESCRIPTION = "The SDXL model"
-SchedulerName = Literal[SCHEDULER_NAMES]  # type: ignore[valid-type]
 
 
 class SDXLTextEncoderInvocation(BaseInvocation):
@@ -85,7 +84,7 @@ class SDXLDenoiseInvocation(BaseInvocation):
     height: int = InputField(default=1024, ge=LATENT_SCALE, le=MAX_DIMENSION, description="The height, a multiple of 8")
     steps: int = InputField(default=30, ge=1, le=1000, description="The number of denoising steps")
     cfg_scale: float = InputField(default=5.0, ge=1.0, le=100.0, description="Classifier-free guidance; 1 turns it off")
-    scheduler: SchedulerName = InputField(default="euler", description="The sampler")
+    scheduler: SDSchedulerName = InputField(default="euler", description="The sampler (docs/api.md, Schedulers)")
     seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
 
     @field_validator("width", "height")

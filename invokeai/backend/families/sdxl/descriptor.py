@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from invokeai.backend.families.family import DemoModel, Family, FileRule
-from invokeai.backend.families.sdxl import demo, estimators, layout, load_checkpoint, runs, schedulers
+from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
+from invokeai.backend.families.sdxl import demo, estimators, layout, load_checkpoint, runs
 from invokeai.backend.families.sdxl.constants import (
     COMPONENTS,
     CONSTANTS,
@@ -68,8 +69,8 @@ FAMILY = Family(
     operations=OPERATIONS,
     estimators=estimators.ESTIMATORS,
     runs=runs.RUNS,
-    scheduler_names=schedulers.SCHEDULER_NAMES,
-    make_scheduler=schedulers.make_scheduler,
+    scheduler_names=SD_SCHEDULER_NAMES,
+    make_scheduler=make_sd_scheduler,
     node_module="invokeai.app.nodes.sdxl",
     config_variants=(
         ConfigVariant(

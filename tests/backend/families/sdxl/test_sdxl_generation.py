@@ -10,32 +10,24 @@ import pytest
 import torch
 from PIL import Image
 
+from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, scheduler_choice
 from invokeai.backend.families.sdxl import generation
-from invokeai.backend.models.schedulers import new_scheduler
+from invokeai.backend.families.sdxl.descriptor import FAMILY
 
 PROMPT = "a photo of a cat"
 STEPS = 3
 
-# name -> (diffusers class, options), as a diffusers user switches the pipeline's scheduler.
-SCHEDULERS = {
-    "euler": ("EulerDiscreteScheduler", {}),
-    "euler_a": ("EulerAncestralDiscreteScheduler", {}),
-    "dpmpp_2m_k": ("DPMSolverMultistepScheduler", {"use_karras_sigmas": True, "solver_order": 2}),
-}
-
 
 def _scheduler(parts: dict[str, Any], name: str) -> Any:
-    import diffusers
-
-    cls, options = SCHEDULERS[name]
-    return new_scheduler(getattr(diffusers, cls), dict(parts["scheduler"].config), **options)
+    return FAMILY.make_scheduler(name, dict(parts["scheduler"].config))
 
 
 def _stock_scheduler(parts: dict[str, Any], name: str) -> Any:
+    """The sampler as a diffusers user switches the pipeline to it: the class's from_config with the options."""
     import diffusers
 
-    cls, options = SCHEDULERS[name]
-    return getattr(diffusers, cls).from_config({**dict(parts["scheduler"].config), **options})
+    choice = scheduler_choice(name)
+    return getattr(diffusers, choice.class_name).from_config(dict(parts["scheduler"].config), **choice.options)
 
 
 def _pipeline(parts: dict[str, Any], name: str, img2img: bool = False) -> Any:
@@ -78,6 +70,7 @@ def _ours(
     negative: str | None,
     cfg: float = 5.0,
     prompt_2: str | None = None,
+    steps: int = STEPS,
     **kwargs: Any,
 ) -> Image.Image:
     latents = generation.denoise(
@@ -87,7 +80,7 @@ def _ours(
         negative=None if negative is None else _conditioning(parts, negative),
         width=width,
         height=height,
-        steps=STEPS,
+        steps=steps,
         cfg_scale=cfg,
         seed=seed,
         device="cpu",
@@ -121,6 +114,20 @@ def test_text_to_image_equals_the_pipeline(
         generator=torch.Generator("cpu").manual_seed(seed),
     ).images[0]
     assert ours.size == (width, height)
+    assert _max_diff(ours, stock) <= 1
+
+
+@pytest.mark.parametrize("name", SD_SCHEDULER_NAMES)
+def test_every_scheduler_name_samples_as_the_pipeline_does(sdxl_parts: dict[str, Any], name: str) -> None:
+    ours = _ours(sdxl_parts, name, width=64, height=64, seed=5, negative=None, steps=2)
+    stock = _pipeline(sdxl_parts, name)(
+        PROMPT,
+        width=64,
+        height=64,
+        num_inference_steps=2,
+        guidance_scale=5.0,
+        generator=torch.Generator("cpu").manual_seed(5),
+    ).images[0]
     assert _max_diff(ours, stock) <= 1
 
 
