@@ -15,11 +15,23 @@ term); what differs is read off the configs:
   `generation.vae_decode`); encoding upcasts any 16-bit VAE with force_upcast. Upcast calls are priced at fp32, plus
   the fp32 copy of the weights the in-place upcast allocates (2 bytes more per parameter than the fp16 ones it
   replaces, counted from the config).
-The text encoder and UNet factors scale the walks to what `scripts/calibrate_working_memory.py` measured on CPU for
-demo-sdxl (peak live bytes, fp32, 64-256 px, batches raised to 8 MiB) so the estimate lies between 1.0 and 1.3
-times the measurement; the VAE is SD-1's VAE architecture and keeps SD-1's walk and factors whole.
-Full-size SDXL UNet (configs/sdxl-base, random weights, fp32, CPU, batch 2 for guidance): see the table at the
-end of this docstring (filled in from the calibration run).
+The factors scale the walks to what `scripts/calibrate_working_memory.py` measured on CPU for demo-sdxl (peak live
+bytes, fp32, 64-256 px, batches raised to 8 MiB) so the estimate lies between 1.0 and 1.3 times the measurement:
+text encoder 1.17, text_encoder_2 1.12-1.13, UNet 1.21-1.23, VAE decode 1.10-1.12, encode 1.09-1.11 (2-core
+Xeon with AVX-512 and AMX, torch 2.13.0). The VAE is SD-1's architecture and keeps SD-1's walk and factors, with
+5% more: with SD-1's factors alone the same demo VAE measured 1.02-1.07 from run to run, too close to 1.0.
+The same formulas at full size (the shipped configs/sdxl-base, random weights, fp32, built on the fly; the demo
+models are too small to show the weight copies and GEMM buffers that count there), estimate / measured MiB:
+
+| Operation | Size | Estimate | Measured | Ratio |
+|---|---|---|---|---|
+| UNet (batch 2: guidance) | 256 px | 131.6 | 129.6 | 1.02 |
+| UNet (batch 2: guidance) | 512 px | 190.5 | 181.2 | 1.05 |
+| text_encoder (CLIP ViT-L) | 77 tokens | 6.4 | 5.8 | 1.11 |
+| text_encoder_2 (OpenCLIP bigG) | 77 tokens | 17.4 | 15.8 | 1.10 |
+
+At 256 px most of the UNet's figure is the copy oneDNN makes of its widest convolution's weight (up_blocks.0's
+first conv1, 2560 to 1280 channels: 112.5 MiB in fp32) on each call. On CUDA the formulas are unverified.
 """
 
 from __future__ import annotations
@@ -43,6 +55,8 @@ ACTIVATION_FACTOR = {
     "text_encoder_2": 1.1,
     "unet": 1.0,
 }
+# Multiplies SD-1's VAE walk, factor included (see the module docstring).
+VAE_MARGIN = {"vae_decode": 1.05, "vae_encode": 1.05}
 # fc1-output-sized tensors alive at the text encoder MLP's peak: quick_gelu (CLIP ViT-L) keeps fc1's output, its
 # scaled input, sigmoid and product; the exact GELU (OpenCLIP bigG) is one kernel beside fc1's output.
 _MLP_TEMPORARIES = {"quick_gelu": 4, "gelu": 2}
@@ -108,26 +122,28 @@ def _vae_parameters(config_json: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _priced(walk: Callable[[ConfigLike, CallFacts], WorkingMemory], c: dict, facts: CallFacts, upcasts: bool):
-    """`walk` as the call runs: in fp32 beside the fp32 weights an in-place upcast allocates, when it upcasts."""
-    if not upcasts:
-        return walk(c, facts)
-    memory = walk(c, replace(facts, dtype=torch.float32))
-    keys = {k: v for k, v in c.items() if not k.startswith("_")}
-    extra = (4 - facts.dtype.itemsize) * _vae_parameters(json.dumps(keys, sort_keys=True, default=list))
-    return WorkingMemory(memory.activation_bytes + extra, memory.attention_calls)
+def _priced(operation: str, c: dict, facts: CallFacts, upcasts: bool) -> WorkingMemory:
+    """SD-1's walk for `operation` as the call runs: in fp32 beside the fp32 weights an in-place upcast allocates,
+    when it upcasts."""
+    walk: Callable[[ConfigLike, CallFacts], WorkingMemory] = getattr(sd1, operation)
+    memory = walk(c, replace(facts, dtype=torch.float32) if upcasts else facts)
+    activation = int(memory.activation_bytes * VAE_MARGIN[operation])
+    if upcasts:
+        keys = {k: v for k, v in c.items() if not k.startswith("_")}
+        activation += (4 - facts.dtype.itemsize) * _vae_parameters(json.dumps(keys, sort_keys=True, default=list))
+    return WorkingMemory(activation, memory.attention_calls)
 
 
 def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     c = config_dict(config)
     upcasts = facts.dtype == torch.float16 and bool(c.get("force_upcast", False))
-    return _priced(sd1.vae_decode, c, facts, upcasts)
+    return _priced("vae_decode", c, facts, upcasts)
 
 
 def vae_encode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     c = config_dict(config)
     upcasts = facts.dtype != torch.float32 and bool(c.get("force_upcast", False))
-    return _priced(sd1.vae_encode, c, facts, upcasts)
+    return _priced("vae_encode", c, facts, upcasts)
 
 
 ESTIMATORS = {
