@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
+from httpx_sse import connect_sse
 from PIL import Image
 from test_generation_api_server import FINISHED, QUEUE, client, enqueue, example, item_of, server  # noqa: F401
 
@@ -112,6 +114,27 @@ def test_the_image_to_image_example_runs_and_attention_is_counted_per_node_type(
     counts = client.get("/api/v1/app/attention").json()["counts"]
     for node_type in ("sdxl_text_encoder", "sdxl_denoise", "sdxl_vae_decode", "sdxl_vae_encode"):
         assert sum(counts.get(node_type, {}).values()) > 0, (node_type, counts)
+
+
+def test_the_denoiser_reports_every_step_with_a_preview_of_an_eighth_of_the_size(
+    client: httpx.Client,  # noqa: F811
+) -> None:
+    body = example(T2I)
+    denoise = body["batch"]["graph"]["nodes"]["denoise"]
+    steps = []
+    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+        item_id = enqueue(client, body)
+        for sse in source.iter_sse():
+            payload = json.loads(sse.data)
+            if payload.get("item_id") != item_id:
+                continue
+            if sse.event == "invocation_progress":
+                preview = payload["image"]
+                steps.append((payload["node_id"], payload["step"], payload["total"], preview["width"]))
+            if sse.event == "queue_item_status_changed" and payload["status"] in FINISHED:
+                break
+    eighth = denoise["width"] // 8
+    assert steps == [("denoise", step, denoise["steps"], eighth) for step in range(1, denoise["steps"] + 1)]
 
 
 def test_an_unknown_scheduler_is_refused_with_the_valid_names(client: httpx.Client) -> None:  # noqa: F811

@@ -41,6 +41,11 @@ def test_estimates_bound_the_measured_cpu_peak_within_30_percent() -> None:
         ("krea2", "text_encoder"),
         ("krea2", "transformer"),
         ("krea2", "vae_decode"),
+        ("sdxl", "text_encoder"),
+        ("sdxl", "text_encoder_2"),
+        ("sdxl", "unet"),
+        ("sdxl", "vae_decode"),
+        ("sdxl", "vae_encode"),
     }
     for row in rows:
         estimate, measured = float(row[5]), float(row[6])

@@ -106,8 +106,8 @@ def test_refusals_of_folders(demo_build: DemoBuild, tmp_path: Path) -> None:
     index = json.loads((folder / "model_index.json").read_text())
     (folder / "model_index.json").write_text("{not json")
     _refused(folder, "model_index.json is unreadable")
-    (folder / "model_index.json").write_text(json.dumps({**index, "_class_name": "StableDiffusionXLPipeline"}))
-    _refused(folder, "pipeline class 'StableDiffusionXLPipeline' is not supported")
+    (folder / "model_index.json").write_text(json.dumps({**index, "_class_name": "StableDiffusion3Pipeline"}))
+    _refused(folder, "pipeline class 'StableDiffusion3Pipeline' is not supported")
     (folder / "model_index.json").write_text(json.dumps(index))
     shutil.rmtree(folder / "vae")
     _refused(folder, "component folder vae/ is missing")
@@ -141,7 +141,7 @@ def test_refusals_of_corrupt_safetensors(demo_checkpoint: Path, tmp_path: Path) 
 def test_refusals_of_other_layouts(demo_build: DemoBuild, demo_checkpoint: Path, tmp_path: Path) -> None:
     reason = _refused(
         demo_build.sd1 / "unet" / "diffusion_pytorch_model.safetensors",
-        "in no single-file layout this server runs as safetensors \\(SD-1 checkpoint\\)",
+        "in no single-file layout this server runs as safetensors \\(SD-1 checkpoint, SDXL checkpoint\\)",
     )
     assert "tensor prefixes conv_in.*" in reason
     # An SD-2 checkpoint: OpenCLIP text encoder under cond_stage_model.model.

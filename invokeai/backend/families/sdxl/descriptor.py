@@ -73,12 +73,13 @@ FAMILY = Family(
     make_scheduler=make_sd_scheduler,
     node_module="invokeai.app.nodes.sdxl",
     config_variants=(
+        # Named after the family, as the other families' full-size variants are; the folder says which SDXL it is.
         ConfigVariant(
-            "sdxl-base",
+            FAMILY_NAME,
             FAMILY_NAME,
             "Stable Diffusion XL base 1.0 (CLIP ViT-L/14 + OpenCLIP ViT-bigG/14, 2.6B UNet, f8 VAE) with the real "
             "CLIP tokenizers",
-            CONFIGS / "sdxl-base",
+            CONFIGS / "sdxl",
         ),
         ConfigVariant("sdxl-demo", FAMILY_NAME, "the tiny random-weight demo-sdxl architecture", CONFIGS / "sdxl-demo"),
     ),

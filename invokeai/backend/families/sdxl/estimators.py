@@ -20,7 +20,7 @@ bytes, fp32, 64-256 px, batches raised to 8 MiB) so the estimate lies between 1.
 text encoder 1.17, text_encoder_2 1.12-1.13, UNet 1.21-1.23, VAE decode 1.10-1.12, encode 1.09-1.11 (2-core
 Xeon with AVX-512 and AMX, torch 2.13.0). The VAE is SD-1's architecture and keeps SD-1's walk and factors, with
 5% more: with SD-1's factors alone the same demo VAE measured 1.02-1.07 from run to run, too close to 1.0.
-The same formulas at full size (the shipped configs/sdxl-base, random weights, fp32, built on the fly; the demo
+The same formulas at full size (the shipped configs/sdxl, random weights, fp32, built on the fly; the demo
 models are too small to show the weight copies and GEMM buffers that count there), estimate / measured MiB:
 
 | Operation | Size | Estimate | Measured | Ratio |

@@ -52,7 +52,7 @@ def test_the_file_rule_takes_sgm_names_and_not_sd1_or_a_refiner() -> None:
 def test_the_base_config_is_sdxl_base_and_runs() -> None:
     from diffusers import UNet2DConditionModel
 
-    base = next(v for v in FAMILY.config_variants if v.name == "sdxl-base")
+    base = next(v for v in FAMILY.config_variants if v.name == "sdxl")
     assert folder_differences(_configs(base.path)) == []
     with torch.device("meta"):
         unet = UNet2DConditionModel.from_config(base.component_config("unet"))

@@ -80,7 +80,7 @@ def test_the_unet_lists_every_transformer_layer_of_the_full_size_config() -> Non
     """SDXL base at 1024 px: ten transformer layers per attention in the 1280-channel level (two down, the mid
     block, three up), two per attention at 640 channels (two down, three up); 64-wide heads; 77 text tokens in
     every cross-attention; none at 320 channels."""
-    config = json.loads((CONFIGS / "sdxl-base" / "unet" / "config.json").read_text(encoding="utf-8"))
+    config = json.loads((CONFIGS / "sdxl" / "unet" / "config.json").read_text(encoding="utf-8"))
     calls = ESTIMATORS["unet"](config, CallFacts(CPU, torch.float16, width=1024, height=1024)).attention_calls
     by_shape = {(c.num_heads, c.query_len, c.key_len, c.head_dim): c.count for c in calls}
     # level 2 (32x32 latents, 20 heads): down 2 blocks x 10 + mid 10 + up 3 blocks x 10 = 60 layers

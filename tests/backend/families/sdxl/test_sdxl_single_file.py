@@ -16,7 +16,7 @@ from invokeai.backend.models.config_variants import ConfigVariant, signature_mis
 
 CONFIGS = Path(layout.__file__).parent / "configs"
 DEMO = ConfigVariant("sdxl-demo", "sdxl", "demo", CONFIGS / "sdxl-demo")
-BASE = ConfigVariant("sdxl-base", "sdxl", "base", CONFIGS / "sdxl-base")
+BASE = ConfigVariant("sdxl", "sdxl", "base", CONFIGS / "sdxl")
 MODULES = ("unet", "vae", "text_encoder", "text_encoder_2")
 
 
