@@ -137,6 +137,20 @@ def test_the_denoiser_reports_every_step_with_a_preview_of_an_eighth_of_the_size
     assert steps == [("denoise", step, denoise["steps"], eighth) for step in range(1, denoise["steps"] + 1)]
 
 
+def test_an_sd1_model_in_an_sdxl_node_fails_the_item_naming_both_families(client: httpx.Client) -> None:  # noqa: F811
+    body = example(T2I)
+    body["batch"]["graph"]["nodes"]["denoise"]["model"] = {"name": "demo-sd1"}
+    item_id = enqueue(client, body)
+    deadline = time.monotonic() + 60
+    while (item := item_of(client, item_id))["status"] not in FINISHED:
+        assert time.monotonic() < deadline, item
+        time.sleep(0.05)
+    assert (item["status"], item["error_message"]) == (
+        "failed",
+        "model 'demo-sd1' is of the sd-1 family; sdxl_denoise needs a model of the sdxl family",
+    )
+
+
 def test_an_unknown_scheduler_is_refused_with_the_valid_names(client: httpx.Client) -> None:  # noqa: F811
     body = example(T2I)
     body["batch"]["graph"]["nodes"]["denoise"]["scheduler"] = "no_such_scheduler"

@@ -73,7 +73,7 @@ FAMILY = Family(
     make_scheduler=make_sd_scheduler,
     node_module="invokeai.app.nodes.sdxl",
     config_variants=(
-        # Named after the family, as the other families' full-size variants are; the folder says which SDXL it is.
+        # Named after the family, as the other families' full-size variants are.
         ConfigVariant(
             FAMILY_NAME,
             FAMILY_NAME,
