@@ -235,12 +235,17 @@ def _image_processor(vae: Any) -> Any:
 
 
 def _latent_stats(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The per-channel latent mean and std a VAE config may give (the pipelines use them instead of the scaling
+    factor alone), shaped to broadcast over `like`; None when the config has neither."""
     mean = getattr(vae.config, "latents_mean", None)
     std = getattr(vae.config, "latents_std", None)
     if mean is None or std is None:
         return None
-    as_tensor = lambda v: torch.tensor(v).view(1, -1, 1, 1).to(like.device, like.dtype)  # noqa: E731
-    return as_tensor(mean), as_tensor(std)
+
+    def shaped(values: list[float]) -> torch.Tensor:
+        return torch.tensor(values).view(1, -1, 1, 1).to(like.device, like.dtype)
+
+    return shaped(mean), shaped(std)
 
 
 def decode_upcasts(vae: Any) -> bool:

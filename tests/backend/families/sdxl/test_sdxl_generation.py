@@ -224,3 +224,30 @@ def test_fp16_vae_decodes_upcast_and_is_restored(sdxl_parts: dict[str, Any]) -> 
     assert vae16.dtype == torch.float16
     reference = generation.vae_decode(copy.deepcopy(vae16).float(), latents.half().float())
     assert _max_diff(upcast, reference) == 0
+
+
+@pytest.mark.parametrize("img2img", [False, True], ids=["text-to-image", "image-to-image"])
+def test_a_vae_with_latent_mean_and_std_is_used_as_the_pipelines_use_it(
+    sdxl_parts: dict[str, Any], img2img: bool
+) -> None:
+    import copy
+
+    vae = copy.deepcopy(sdxl_parts["vae"])
+    vae.register_to_config(latents_mean=[1.0, -2.0, 1.5, 0.5], latents_std=[1.1, 0.9, 1.2, 1.5])
+    parts = {**sdxl_parts, "vae": vae}
+    generator = torch.Generator("cpu").manual_seed(4)
+    if img2img:
+        image = _init_image((64, 64))
+        init = generation.vae_encode(vae, image, 4)
+        ours = _ours(parts, "euler", width=64, height=64, seed=4, negative=None, init_latents=init, strength=0.7)
+        stock = _pipeline(parts, "euler", img2img=True)(
+            PROMPT, image=image, strength=0.7, num_inference_steps=STEPS, guidance_scale=5.0, generator=generator
+        ).images[0]
+    else:
+        ours = _ours(parts, "euler", width=64, height=64, seed=4, negative=None)
+        stock = _pipeline(parts, "euler")(
+            PROMPT, width=64, height=64, num_inference_steps=STEPS, guidance_scale=5.0, generator=generator
+        ).images[0]
+    plain = _ours(sdxl_parts, "euler", width=64, height=64, seed=4, negative=None)
+    assert _max_diff(ours, stock) <= 1
+    assert img2img or _max_diff(ours, plain) > 1
