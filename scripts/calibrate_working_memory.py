@@ -123,13 +123,13 @@ def _batch_for(estimator: Any, config: Any, args: argparse.Namespace, size: int)
 
 def measure_component(family: str, component: str, demo_root: Path, args: argparse.Namespace) -> list[Row]:
     """Load one component and measure it at every size (runs in a child on CPU)."""
-    from invokeai.backend.models.loaders import load_component
-    from invokeai.backend.models.probe import probe_model
+    from invokeai.backend.models.load_diffusers import load_diffusers_component
 
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     install_attention(args.attention_backend, device)
     folder = demo_root / _folder(family, args)
-    model = load_component(probe_model(folder), model_component(family, component), device=device, dtype=dtype)
+    # Straight from the folder: a full-size build has weights only for the components measured.
+    model = load_diffusers_component(folder, model_component(family, component), dtype).to(device).eval()
     model_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     estimator = ESTIMATORS[(family, component)]
     libc = ctypes.CDLL("libc.so.6") if device.type == "cpu" else None
