@@ -20,14 +20,15 @@ bytes, fp32, 64-256 px, batches raised to 8 MiB) so the estimate lies between 1.
 text encoder 1.17, text_encoder_2 1.12-1.13, UNet 1.21-1.23, VAE decode 1.10-1.12, encode 1.09-1.11 (2-core
 Xeon with AVX-512 and AMX, torch 2.13.0). The VAE is SD-1's architecture and keeps SD-1's walk and factors, with
 5% more: with SD-1's factors alone the same demo VAE measured 1.02-1.07 from run to run, too close to 1.0.
-The same formulas at full size (the shipped configs/sdxl, random weights, fp32, built on the fly; the demo
-models are too small to show the weight copies and GEMM buffers that count there), estimate / measured MiB:
+The same formulas at full size (`scripts/calibrate_working_memory.py --full-size sdxl`: the shipped configs/sdxl,
+random fp16 weights loaded in fp32; the demo models are too small to show the weight copies and GEMM buffers that
+count there), estimate / measured MiB:
 
 | Operation | Size | Estimate | Measured | Ratio |
 |---|---|---|---|---|
-| UNet (batch 2: guidance) | 256 px | 131.6 | 129.6 | 1.02 |
-| UNet (batch 2: guidance) | 512 px | 190.5 | 181.2 | 1.05 |
-| text_encoder (CLIP ViT-L) | 77 tokens | 6.4 | 5.8 | 1.11 |
+| UNet (batch 2: guidance) | 256 px | 131.6 | 130.3 | 1.01 |
+| UNet (batch 2: guidance) | 512 px | 190.5 | 181.4 | 1.05 |
+| text_encoder (CLIP ViT-L, 2 prompts) | 77 tokens | 12.9 | 11.7 | 1.10 |
 | text_encoder_2 (OpenCLIP bigG) | 77 tokens | 17.4 | 15.8 | 1.10 |
 
 At 256 px most of the UNet's figure is the copy oneDNN makes of its widest convolution's weight (up_blocks.0's
