@@ -134,5 +134,5 @@ def test_dev_and_schnell_files_are_told_apart_by_the_guidance_embedder(variant: 
 def test_a_file_that_is_not_a_bfl_transformer_is_refused_by_name(transformer: Any) -> None:
     names = list(transformer.state_dict())  # diffusers names
     assert not layout.is_bfl_transformer(names)
-    with pytest.raises(ValueError, match="not a FLUX transformer in BFL names: lacks img_in.weight"):
+    with pytest.raises(ValueError, match=r"not a FLUX transformer in BFL names: lacks img_in\.weight"):
         layout.from_bfl(transformer.state_dict())
