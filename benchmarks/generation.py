@@ -177,7 +177,7 @@ def _pipeline(case: Case, path: Path, device: Any, dtype: Any) -> Any:
     if case.family == "sd":
         from diffusers import StableDiffusionPipeline
 
-        from invokeai.backend.models import sd1 as sd1_family
+        from invokeai.backend.families.sd1 import layout as sd1_family
 
         scheduler = sd1_family.make_scheduler(
             case.body["batch"]["graph"]["nodes"]["denoise"]["scheduler"], dict(parts["scheduler"].config)
@@ -194,7 +194,7 @@ def _pipeline(case: Case, path: Path, device: Any, dtype: Any) -> Any:
         )
     from diffusers import Krea2Pipeline
 
-    from invokeai.backend.generation.krea2 import Krea2Settings
+    from invokeai.backend.families.krea2.generation import Krea2Settings
 
     settings = Krea2Settings.from_model_index(json.loads((path / "model_index.json").read_text(encoding="utf-8")))
     return Krea2Pipeline(**parts, text_encoder_select_layers=settings.select_layers)

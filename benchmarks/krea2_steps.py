@@ -4,7 +4,7 @@ Builds diffusers' default Krea2Transformer2DModel (28 layers, hidden 6144, 48 qu
 parameters, 25.6 GB in bf16) straight on the GPU: parameters are created on the meta device and materialised with
 `to_empty`, then filled with random values on the GPU (the values do not change the work; nothing is initialised on
 the CPU). Prompt embeddings are random too, with a text padding mask as real prompts have, so every main block attends
-with the (1, 1, 1, text + image) key-padding mask. Each generation is `invokeai.backend.generation.krea2.denoise`
+with the (1, 1, 1, text + image) key-padding mask. Each generation is `families.krea2.generation.denoise`
 with classifier-free guidance (two batch-1 transformer calls per step), the grouped-query processor, the window and
 the step timer, exactly as a node runs it.
 
@@ -38,12 +38,12 @@ import torch
 
 from invokeai.backend.attention import attention_stats, install_attention, uninstall_attention
 from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark
-from invokeai.backend.generation import krea2
-from invokeai.backend.generation.krea2 import WINDOW_ENV
-from invokeai.backend.generation.krea2_attention import install_krea2_attention
-from invokeai.backend.models.config_variants import get_variant
-from invokeai.backend.models.demo import KREA2_TRANSFORMER
-from invokeai.backend.models.krea2 import make_scheduler
+from invokeai.backend.families import config_variant
+from invokeai.backend.families.krea2 import generation as krea2
+from invokeai.backend.families.krea2.attention import install_krea2_attention
+from invokeai.backend.families.krea2.demo import KREA2_TRANSFORMER
+from invokeai.backend.families.krea2.generation import WINDOW_ENV
+from invokeai.backend.families.krea2.layout import make_scheduler
 
 MODES: tuple[str | None, ...] = (None, "efficient", "cudnn", "flash", "priority-cudnn")
 REFERENCE_MODE = "efficient"
@@ -280,10 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             f" attention_backend {args.attention_backend}, order {', '.join(attention_stats().order)}"
         )
         full_config = {**transformer.config}
-        scheduler = make_scheduler("euler", get_variant("krea2").component_config("scheduler"))
+        scheduler = make_scheduler("euler", config_variant("krea2").component_config("scheduler"))
         conditioning = (
             text_conditioning(full_config, args.text_tokens, args.valid_tokens, device, dtype, seed=1),
-            text_conditioning(full_config, args.text_tokens, krea2.SUFFIX_TOKENS, device, dtype, seed=2),
+            text_conditioning(full_config, args.text_tokens, krea2.TEMPLATE_SUFFIX_TOKENS, device, dtype, seed=2),
         )
         bench = Bench(transformer, scheduler, conditioning, device, dtype, args.steps, args.guidance)
         print(

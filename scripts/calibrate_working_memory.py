@@ -126,7 +126,7 @@ def measure_component(family: str, component: str, demo_root: Path, args: argpar
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     install_attention(args.attention_backend, device)
     folder = demo_root / (FULL_SIZE_FOLDER if args.full_size else DEMO_FOLDERS[family])
-    model = load_component(probe_model(folder), model_component(component), device=device, dtype=dtype)
+    model = load_component(probe_model(folder), model_component(family, component), device=device, dtype=dtype)
     model_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     estimator = ESTIMATORS[(family, component)]
     libc = ctypes.CDLL("libc.so.6") if device.type == "cpu" else None
@@ -154,9 +154,9 @@ def _in_child(function: Any, *args: Any) -> Any:
 
 
 def _build_demos(root: Path) -> list[str]:
-    from invokeai.backend.models.demo import KREA2_NAME, SD1_NAME, build_demo_models
+    from invokeai.backend.models.demo import build_demo_models
 
-    return [model.name for model in build_demo_models(root, (SD1_NAME, KREA2_NAME))]
+    return [model.name for model in build_demo_models(root, ("demo-sd1", "demo-krea2"))]
 
 
 def _build_full_size_sd1(root: Path) -> list[str]:
@@ -189,7 +189,7 @@ def _import_component_classes(root: Path, components: list[tuple[str, str]], arg
 
     for family, component in components:
         folder = FULL_SIZE_FOLDER if args.full_size else DEMO_FOLDERS[family]
-        component_class(root / folder, model_component(component))
+        component_class(root / folder, model_component(family, component))
     from diffusers import Krea2Pipeline  # noqa: F401  (component_runs takes its position ids from it)
 
 

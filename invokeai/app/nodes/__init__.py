@@ -1,5 +1,13 @@
 """Nodes and graphs. Every node module is imported here, before graph.py, whose node union is built from the
-registry when it is imported: a node module not listed here is missing from graphs and the OpenAPI document."""
+registry when it is imported: a node module not imported here is missing from graphs and the OpenAPI document.
+Each model family names its node module in its descriptor, so a new family's nodes need no line here."""
 
-from invokeai.app.nodes import image, krea2, primitives, sd1  # noqa: F401 - imported to register their nodes
-from invokeai.app.nodes.graph import Graph  # noqa: F401 - after the node modules, see above
+import importlib
+
+from invokeai.app.nodes import image, primitives  # noqa: F401 - imported to register their nodes
+from invokeai.backend.families import FAMILIES
+
+for _family in FAMILIES:
+    importlib.import_module(_family.node_module)
+
+from invokeai.app.nodes.graph import Graph  # noqa: E402, F401 - after the node modules, see above

@@ -28,27 +28,25 @@ from invokeai.app.nodes.model_fields import (
 )
 from invokeai.app.nodes.model_use import (
     TensorKind,
-    call_facts,
     decode_latents,
     family_model,
     latents_output,
     provider,
-    reserved,
     step_reporter,
 )
-from invokeai.backend.models import krea2 as krea2_family
+from invokeai.backend.families.krea2.constants import CONSTANTS, NAME, PROMPT_TOKENS
+from invokeai.backend.families.krea2.descriptor import FAMILY as KREA2
 
 if TYPE_CHECKING:
     from invokeai.app.services.model_records import ModelRecord
-    from invokeai.backend.generation.krea2 import Krea2Settings
+    from invokeai.backend.families.krea2.generation import Krea2Settings
     from invokeai.backend.generation.preview import RgbProjection
 
 logger = logging.getLogger(__name__)
 
-FAMILY = krea2_family.FAMILY
-LATENT_SCALE = 8  # the Qwen-Image VAE
-SIZE_MULTIPLE = 16  # the VAE's 8 times the transformer's 2x2 patches
-MAX_SEQUENCE_LENGTH = 512  # Krea2Pipeline's default: prompts are padded to this many tokens
+FAMILY = NAME
+SIZE_MULTIPLE = CONSTANTS.size_multiple  # the VAE's 8 times the transformer's 2x2 patches
+MAX_SEQUENCE_LENGTH = PROMPT_TOKENS  # Krea2Pipeline's default: prompts are padded to this many tokens
 
 CONDITIONING = TensorKind("conditioning", ("krea2_embeds", "krea2_mask"), "krea2_text_encoder")
 LATENTS = TensorKind("latents", ("krea2_latents",), "krea2_denoise")
@@ -58,7 +56,7 @@ MODEL_DESCRIPTION = "The Krea-2 model (a GGUF transformer gets this component fr
 
 def _pipeline_settings(record: ModelRecord) -> Krea2Settings:
     """The pipeline options in the model folder's model_index.json (the defaults where it has none)."""
-    from invokeai.backend.generation.krea2 import Krea2Settings
+    from invokeai.backend.families.krea2.generation import Krea2Settings
 
     index = Path(record.path) / "model_index.json"
     return Krea2Settings.from_model_index(json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {})
@@ -68,7 +66,7 @@ def _preview_projection(context: InvocationContext, record: ModelRecord) -> RgbP
     """The preview map of the VAE that will decode these latents, fitted the first time on the execution device;
     None (no previews) when it cannot be had, since a preview is never worth failing a generation for. The missing
     VAE itself is reported by krea2_vae_decode."""
-    from invokeai.backend.generation import krea2
+    from invokeai.backend.families.krea2 import generation as krea2
     from invokeai.backend.generation.preview import FIT_COLOURS, FIT_SIZE
 
     try:
@@ -76,10 +74,9 @@ def _preview_projection(context: InvocationContext, record: ModelRecord) -> RgbP
         known = krea2.known_preview_projection(context.models.load(source, "vae"))
         if known is not None:
             return known
-        facts = call_facts(context, width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS)
         # Krea-2 has no encode estimator (no node encodes); the decoder is the heavier half of the VAE, so its
         # estimate at the fit's size and batch bounds the encoder's.
-        with reserved(context, source, "vae", facts, operation="vae_decode") as vae:
+        with context.models.on_device(source, "vae_decode", width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS) as vae:
             return krea2.preview_projection(vae)
     except Exception as error:
         logger.warning("krea2_denoise: no step previews for model %r: %s", record.name, error)
@@ -95,13 +92,14 @@ class Krea2TextEncoderInvocation(BaseInvocation):
     prompt: str = InputField(default="", description="The prompt")
 
     def invoke(self, context: InvocationContext) -> ConditioningOutput:
-        from invokeai.backend.generation import krea2
+        from invokeai.backend.families.krea2 import generation as krea2
 
         source = provider(context, family_model(context, self.model, FAMILY), "text_encoder")
         tokenizer = context.models.load(source, "tokenizer")
         # encode_prompt always passes the padding mask, which is what `text_padded` prices.
-        facts = call_facts(context, prompt_tokens=MAX_SEQUENCE_LENGTH, text_padded=True)
-        with reserved(context, source, "text_encoder", facts) as text_encoder:
+        with context.models.on_device(
+            source, "text_encoder", prompt_tokens=MAX_SEQUENCE_LENGTH, text_padded=True
+        ) as text_encoder:
             embeds, mask = krea2.encode_prompt(
                 text_encoder,
                 tokenizer,
@@ -142,7 +140,7 @@ class Krea2DenoiseInvocation(BaseInvocation):
         return value
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
-        from invokeai.backend.generation import krea2
+        from invokeai.backend.families.krea2 import generation as krea2
 
         record = family_model(context, self.model, FAMILY)
         embeds, mask = CONDITIONING.load(context, self.positive_conditioning.conditioning_name)
@@ -154,14 +152,18 @@ class Krea2DenoiseInvocation(BaseInvocation):
             negative_embeds, negative_mask = CONDITIONING.load(context, self.negative_conditioning.conditioning_name)
         pipeline = provider(context, record, "scheduler")
         settings = _pipeline_settings(pipeline)
-        scheduler = krea2_family.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
+        scheduler = KREA2.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
 
         on_step = step_reporter(context, _preview_projection(context, record))
-        facts = call_facts(
-            context, width=self.width, height=self.height, prompt_tokens=embeds.shape[1], guidance=guided
-        )
         # INVOKE_KREA2_SDPA_BACKEND (the SDPA window and per-step benchmark) is read by krea2.denoise itself.
-        with reserved(context, record, "transformer", facts) as transformer:
+        with context.models.on_device(
+            record,
+            "transformer",
+            width=self.width,
+            height=self.height,
+            prompt_tokens=embeds.shape[1],
+            guidance=guided,
+        ) as transformer:
             latents = krea2.denoise(
                 transformer,
                 scheduler,
@@ -191,7 +193,7 @@ class Krea2VaeDecodeInvocation(BaseInvocation):
     latents: LatentsField = InputField(description="The latents to decode (krea2_denoise)")
 
     def invoke(self, context: InvocationContext) -> ImageOutput:
-        from invokeai.backend.generation import krea2
+        from invokeai.backend.families.krea2 import generation as krea2
 
         source = provider(context, family_model(context, self.model, FAMILY), "vae")
-        return decode_latents(context, source, LATENTS, self.latents.latents_name, LATENT_SCALE, krea2.vae_decode)
+        return decode_latents(context, source, LATENTS, self.latents.latents_name, krea2.vae_decode)

@@ -1,17 +1,16 @@
 """What every generation node does with models and tensors: resolve a model of the right family, find the model
-that provides a component, reserve working memory for a call, and store or read tagged tensors."""
+that provides a component, decode stored latents, and store or read tagged tensors. Working memory is the model
+manager's business: a node asks `context.models.on_device(record, operation, **facts)` once per call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from invokeai.app.nodes.image import ImageOutput
 from invokeai.app.nodes.model_fields import LatentsField, LatentsOutput
-from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 
 if TYPE_CHECKING:
     import torch
@@ -40,24 +39,6 @@ def provider(context: InvocationContext, record: ModelRecord, component: str) ->
     if component in context.models.components(record):
         return record
     return context.models.companion(record, component)
-
-
-def call_facts(context: InvocationContext, **facts: Any) -> CallFacts:
-    """The facts of one call on the manager's execution device and dtype (see CallFacts for the rest)."""
-    return CallFacts(device=context.models.device, dtype=context.models.dtype, **facts)
-
-
-@contextmanager
-def reserved(
-    context: InvocationContext, record: ModelRecord, component: str, facts: CallFacts, operation: str | None = None
-) -> Iterator[Any]:
-    """`component` of `record` on the execution device, with the working memory its estimator gives for `facts`
-    reserved beside it. `operation` is the estimator's name for the call when it differs from the component's
-    (vae_decode, vae_encode)."""
-    config = context.models.config(record, component)
-    estimate = estimate_working_memory(record.family, operation or component, config, facts)
-    with context.models.on_device(record, component, estimate.total(facts.device, facts.dtype)) as module:
-        yield module
 
 
 def step_reporter(context: InvocationContext, projection: RgbProjection | None) -> Callable[[int, int, Any], None]:
@@ -102,14 +83,15 @@ def decode_latents(
     record: ModelRecord,
     kind: TensorKind,
     latents_name: str,
-    latent_scale: int,
     vae_decode: Callable[[Any, torch.Tensor], Image.Image],
 ) -> ImageOutput:
     """The image `vae_decode` makes from the stored latents with `record`'s VAE, saved, with the working memory
-    for a decode of that size reserved; `latent_scale` is how many pixels a latent spans on a side."""
+    for a decode of that size reserved."""
+    from invokeai.backend.families import get_family
+
     (latents,) = kind.load(context, latents_name)
+    latent_scale = get_family(record.family).constants.latent_scale
     height, width = (side * latent_scale for side in latents.shape[-2:])
-    facts = call_facts(context, width=width, height=height)
-    with reserved(context, record, "vae", facts, operation="vae_decode") as vae:
+    with context.models.on_device(record, "vae_decode", width=width, height=height) as vae:
         image = vae_decode(vae, latents)
     return ImageOutput.of(context.save_image(image), image)

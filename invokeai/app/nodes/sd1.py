@@ -21,19 +21,11 @@ from invokeai.app.nodes.model_fields import (
     ModelIdentifier,
     ModelInputField,
 )
-from invokeai.app.nodes.model_use import (
-    TensorKind,
-    call_facts,
-    decode_latents,
-    family_model,
-    latents_output,
-    reserved,
-    step_reporter,
-)
-from invokeai.backend.models import sd1 as sd1_family
+from invokeai.app.nodes.model_use import TensorKind, decode_latents, family_model, latents_output, step_reporter
+from invokeai.backend.families.sd1.constants import LATENT_SCALE, NAME
+from invokeai.backend.families.sd1.descriptor import FAMILY as SD1
 
-FAMILY = sd1_family.FAMILY
-LATENT_SCALE = 8  # SD-1 VAEs downsample by 8
+FAMILY = NAME
 
 CONDITIONING = TensorKind("conditioning", ("sd1_clip_embeds",), "sd_text_encoder")
 LATENTS = TensorKind("latents", ("sd1_latents",), "sd_denoise or sd_vae_encode")
@@ -49,11 +41,11 @@ class SDTextEncoderInvocation(BaseInvocation):
     prompt: str = InputField(default="", description="The prompt")
 
     def invoke(self, context: InvocationContext) -> ConditioningOutput:
-        from invokeai.backend.generation import sd1
+        from invokeai.backend.families.sd1 import generation as sd1
 
         record = family_model(context, self.model, FAMILY)
         tokenizer = context.models.load(record, "tokenizer")
-        with reserved(context, record, "text_encoder", call_facts(context)) as text_encoder:
+        with context.models.on_device(record, "text_encoder") as text_encoder:
             embeds = sd1.encode_prompt(text_encoder, tokenizer, self.prompt, context.models.device)
         return ConditioningOutput(conditioning=ConditioningField(conditioning_name=CONDITIONING.save(context, embeds)))
 
@@ -89,7 +81,7 @@ class SDDenoiseInvocation(BaseInvocation):
         return value
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
-        from invokeai.backend.generation import sd1
+        from invokeai.backend.families.sd1 import generation as sd1
 
         record = family_model(context, self.model, FAMILY)
         (positive,) = CONDITIONING.load(context, self.positive_conditioning.conditioning_name)
@@ -105,10 +97,9 @@ class SDDenoiseInvocation(BaseInvocation):
             (init_latents,) = LATENTS.load(context, self.latents.latents_name)
             self._check_size(init_latents.shape[-2:])
         base = context.models.load(record, "scheduler")
-        scheduler = sd1_family.make_scheduler(self.scheduler, dict(base.config))
+        scheduler = SD1.make_scheduler(self.scheduler, dict(base.config))
 
-        facts = call_facts(context, width=self.width, height=self.height, guidance=guided)
-        with reserved(context, record, "unet", facts) as unet:
+        with context.models.on_device(record, "unet", width=self.width, height=self.height, guidance=guided) as unet:
             latents = sd1.denoise(
                 unet,
                 scheduler,
@@ -144,10 +135,10 @@ class SDVaeDecodeInvocation(BaseInvocation):
     latents: LatentsField = InputField(description="The latents to decode (sd_denoise)")
 
     def invoke(self, context: InvocationContext) -> ImageOutput:
-        from invokeai.backend.generation import sd1
+        from invokeai.backend.families.sd1 import generation as sd1
 
         record = family_model(context, self.model, FAMILY)
-        return decode_latents(context, record, LATENTS, self.latents.latents_name, LATENT_SCALE, sd1.vae_decode)
+        return decode_latents(context, record, LATENTS, self.latents.latents_name, sd1.vae_decode)
 
 
 class SDVaeEncodeInvocation(BaseInvocation):
@@ -160,7 +151,7 @@ class SDVaeEncodeInvocation(BaseInvocation):
     seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the posterior sample")
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
-        from invokeai.backend.generation import sd1
+        from invokeai.backend.families.sd1 import generation as sd1
 
         record = family_model(context, self.model, FAMILY)
         image = context.load_image(self.image).convert("RGB")
@@ -169,7 +160,6 @@ class SDVaeEncodeInvocation(BaseInvocation):
                 f"image {self.image.image_name} is {image.width}x{image.height}; sd_vae_encode needs sides that are "
                 f"multiples of {LATENT_SCALE} (resize it first with image_resize)"
             )
-        facts = call_facts(context, width=image.width, height=image.height)
-        with reserved(context, record, "vae", facts, operation="vae_encode") as vae:
+        with context.models.on_device(record, "vae_encode", width=image.width, height=image.height) as vae:
             latents = sd1.vae_encode(vae, image, self.seed)
         return latents_output(context, LATENTS, latents, image.width, image.height)

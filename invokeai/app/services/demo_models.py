@@ -12,9 +12,6 @@ from invokeai.app.services.model_records import ModelRecord
 
 logger = logging.getLogger(__name__)
 
-# Laid out like installed models: models_dir/<family>/<name>.
-_FAMILY_OF = {"demo-sd1": "sd-1", "demo-krea2": "krea2", "demo-krea2-gguf": "krea2"}
-
 
 def install_demo_models(installer: ModelInstallService) -> list[ModelRecord]:
     """Build and record the demo models if no model is recorded; returns the new records ([] when skipped).
@@ -26,17 +23,20 @@ def install_demo_models(installer: ModelInstallService) -> list[ModelRecord]:
         return []
     # Imported here: the builder pulls in diffusers and transformers, which a server with models never needs.
     route_ml_library_logging()
-    from invokeai.backend.models.demo import DEMO_NAMES, build_demo_models, demo_target
+    from invokeai.backend.families import FAMILIES
+    from invokeai.backend.models.demo import build_demo_models, demo_target
 
     started = time.monotonic()
     records = []
-    for name in DEMO_NAMES:
-        folder = installer.models_dir / _FAMILY_OF[name]
-        leftover = demo_target(folder, name)
-        if leftover.exists():
-            remove_path(leftover)
-        for model in build_demo_models(folder, (name,)):
-            records.append(installer.register_built(model.path, model.name, model.description))
+    for family in FAMILIES:
+        # Laid out like installed models: models_dir/<family>/<name>.
+        folder = installer.models_dir / family.name
+        for demo in family.demos:
+            leftover = demo_target(folder, demo.name)
+            if leftover.exists():
+                remove_path(leftover)
+            for model in build_demo_models(folder, (demo.name,)):
+                records.append(installer.register_built(model.path, model.name, model.description))
     logger.info(
         "Installed %d demo models (%s) in %.1f s: random weights, for trying the pipelines; their images are noise",
         len(records),

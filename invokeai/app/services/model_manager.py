@@ -14,13 +14,11 @@ import torch
 from invokeai.app.logging_setup import route_ml_library_logging
 from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord, ModelRecordService
 from invokeai.backend.cache.model_cache import ModelCache
-from invokeai.backend.models import krea2, sd1
+from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
+from invokeai.backend.families import get_family
 from invokeai.backend.models.errors import UnsupportedModelError
 from invokeai.backend.models.loaders import architecture, components_of, load_component
 from invokeai.backend.models.probe import ProbeResult
-
-# Components that are torch modules (the cache's business); the others are tokenizers and schedulers.
-MODULE_COMPONENTS = {sd1.FAMILY: sd1.MODEL_COMPONENTS, krea2.FAMILY: krea2.MODEL_COMPONENTS}
 
 
 def probe_of(record: ModelRecord) -> ProbeResult:
@@ -75,7 +73,8 @@ class ModelManager:
     def load(self, record: ModelRecord, component: str) -> Any:
         """A component of the model: a module (in RAM, from the cache), a tokenizer or a scheduler."""
         key = cache_key(record, component)
-        if component in MODULE_COMPONENTS.get(record.family, ()):
+        # Modules are the cache's business (it prices and moves them); tokenizers and schedulers are not.
+        if component in get_family(record.family).module_components:
             return self.cache.load(key, self._loader(record, component))
         with self._small_lock:
             if key not in self._small:
@@ -87,13 +86,27 @@ class ModelManager:
         (a model larger than the cache would otherwise be loaded twice, once for its config and once to run)."""
         return architecture(probe_of(record), component)
 
+    def facts(self, **facts: Any) -> CallFacts:
+        """The facts of one call on this manager's execution device and dtype (see CallFacts for the rest)."""
+        return CallFacts(device=self.device, dtype=self.dtype, **facts)
+
+    def working_memory(self, record: ModelRecord, operation: str, **facts: Any) -> int:
+        """Bytes to reserve beside the module for one `operation` call (a key of the family's `operations`: a
+        component, or vae_decode / vae_encode) with these CallFacts, priced under the installed attention policy.
+        The config comes from the model's files, so a module not yet loaded is not loaded for its estimate."""
+        component = get_family(record.family).component_of(operation)
+        call = self.facts(**facts)
+        estimate = estimate_working_memory(record.family, operation, self.config(record, component), call)
+        return estimate.total(call.device, call.dtype)
+
     @contextmanager
-    def on_device(self, record: ModelRecord, component: str, working_memory_bytes: int) -> Iterator[torch.nn.Module]:
-        """The module on the execution device for the duration of the block, with `working_memory_bytes` free
-        beside it (the cache offloads other models to make room)."""
-        with self.cache.on_device(
-            cache_key(record, component), self._loader(record, component), working_memory_bytes
-        ) as module:
+    def on_device(self, record: ModelRecord, operation: str, **facts: Any) -> Iterator[torch.nn.Module]:
+        """The module that `operation` runs, on the execution device for the duration of the block, with the
+        working memory its estimator gives for `facts` free beside it (the cache offloads other models to make
+        room)."""
+        component = get_family(record.family).component_of(operation)
+        reserve = self.working_memory(record, operation, **facts)
+        with self.cache.on_device(cache_key(record, component), self._loader(record, component), reserve) as module:
             yield module
 
     def companion(self, record: ModelRecord, component: str) -> ModelRecord:

@@ -13,8 +13,10 @@ from pydantic import BaseModel, Field, model_validator
 
 from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.timestamps import now_iso
+from invokeai.backend.families import family_names
 
-ModelFamily = Literal["sd-1", "krea2"]
+# The registered families' names, so the OpenAPI document lists them and a record of another family is refused.
+ModelFamily = Literal[family_names()]  # type: ignore[valid-type]
 ModelFormat = Literal["diffusers", "checkpoint", "gguf"]
 
 # A name doubles as a folder or file name under models_dir: no separators, no leading dot, nothing a shell or
@@ -30,7 +32,7 @@ class ModelIdentifier(BaseModel):
     """A model, named in a graph by its key or by its name (exactly one of them)."""
 
     key: str | None = Field(default=None, description="The model's key, as GET /api/v2/models/ lists it.")
-    name: str | None = Field(default=None, description="The model's unique name, e.g. demo-sd1.")
+    name: str | None = Field(default=None, description="The model's unique name, as GET /api/v2/models/ lists it.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelIdentifier:

@@ -1,21 +1,17 @@
-"""Working-memory estimators for every model family and component: what the model cache reserves on the execution
+"""Working-memory estimators for every model family and operation: what the model cache reserves on the execution
 device before a node runs.
 
-`ESTIMATORS[(family, component)](config, facts)` returns a `WorkingMemory`: an activation term plus the attention
-calls the component makes, each priced through `sdpa_score_matrix_bytes`, so a call the installed dispatcher sends
-to math is reserved for. The config is the loaded component's (a diffusers FrozenDict, a transformers
-PretrainedConfig) or its parsed config.json. How each family's terms are derived and calibrated is in its module.
+Each family declares its estimators (`Family.estimators`, keyed by operation: a component, or vae_decode and
+vae_encode). An estimator `(config, facts)` returns a `WorkingMemory`: an activation term plus the attention calls
+the operation makes, each priced through `sdpa_score_matrix_bytes`, so a call the installed dispatcher sends to
+math is reserved for. The config is the component's (a diffusers FrozenDict, a transformers PretrainedConfig) or its
+parsed config.json. How each family's terms are derived and calibrated is in its estimators module.
 """
 
 from __future__ import annotations
 
-from invokeai.backend.cache import estimators_krea2, estimators_sd1
 from invokeai.backend.cache.estimate import AttentionCall, CallFacts, ConfigLike, Estimator, WorkingMemory
-
-ESTIMATORS: dict[tuple[str, str], Estimator] = {**estimators_sd1.ESTIMATORS, **estimators_krea2.ESTIMATORS}
-
-# Estimator components that are one operation of a model component rather than the component itself.
-_MODEL_COMPONENT = {"vae_decode": "vae", "vae_encode": "vae"}
+from invokeai.backend.families import FAMILIES, get_family
 
 __all__ = [
     "ESTIMATORS",
@@ -26,16 +22,21 @@ __all__ = [
     "model_component",
 ]
 
+# Every family's estimators, keyed (family, operation): what the calibration script and the tests iterate.
+ESTIMATORS: dict[tuple[str, str], Estimator] = {
+    (family.name, operation): estimate for family in FAMILIES for operation, estimate in family.estimators.items()
+}
 
-def model_component(component: str) -> str:
-    """The model component (as `invokeai.backend.models` names it) an estimator component runs: vae_decode -> vae."""
-    return _MODEL_COMPONENT.get(component, component)
+
+def model_component(family: str, operation: str) -> str:
+    """The model component an operation runs: vae_decode -> vae, a component -> itself."""
+    return get_family(family).component_of(operation)
 
 
-def estimate_working_memory(family: str, component: str, config: ConfigLike, facts: CallFacts) -> WorkingMemory:
+def estimate_working_memory(family: str, operation: str, config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     try:
-        estimator = ESTIMATORS[(family, component)]
+        estimate = ESTIMATORS[(family, operation)]
     except KeyError:
-        known = ", ".join(f"{f}/{c}" for f, c in sorted(ESTIMATORS))
-        raise KeyError(f"no working-memory estimator for {family}/{component}; known: {known}") from None
-    return estimator(config, facts)
+        known = ", ".join(f"{f}/{o}" for f, o in sorted(ESTIMATORS))
+        raise KeyError(f"no working-memory estimator for {family}/{operation}; known: {known}") from None
+    return estimate(config, facts)

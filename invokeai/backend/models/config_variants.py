@@ -1,22 +1,20 @@
 """Config folders shipped with the package: what `from_single_file(..., config=...)` reads instead of the hub.
 
 Each variant is a diffusers pipeline layout without weights (model_index.json, <component>/config.json, tokenizer
-files, scheduler config) under `configs/<variant>/`. A family has one variant per architecture size it supports;
-which one a single file gets is decided by its tensor shapes (see `match_variant`).
+files, scheduler config) in the family's folder (`Family.config_variants`). A family has one variant per
+architecture size it supports; which one a single file gets is decided by its tensor shapes (see `match_variant`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import UnsupportedModelError
-
-CONFIGS_ROOT = Path(__file__).parent / "configs"
 
 # Files that describe a model rather than hold its weights; anything else is left out of a config folder.
 CONFIG_SUFFIXES = (".json", ".txt")
@@ -40,35 +38,6 @@ class ConfigVariant:
         return json.loads(file.read_text(encoding="utf-8"))
 
 
-VARIANTS: tuple[ConfigVariant, ...] = (
-    ConfigVariant(
-        "sd-1",
-        "sd-1",
-        "Stable Diffusion 1.x (CLIP ViT-L/14, 860M UNet, f8 VAE) with the real CLIP tokenizer",
-        CONFIGS_ROOT / "sd-1",
-    ),
-    ConfigVariant("sd-1-demo", "sd-1", "the tiny random-weight demo-sd1 architecture", CONFIGS_ROOT / "sd-1-demo"),
-    ConfigVariant(
-        "krea2",
-        "krea2",
-        "Krea-2 transformer (28 blocks, hidden 6144), Qwen-Image VAE; no text encoder",
-        CONFIGS_ROOT / "krea2",
-    ),
-    ConfigVariant("krea2-demo", "krea2", "the tiny random-weight demo-krea2 architecture", CONFIGS_ROOT / "krea2-demo"),
-)
-
-
-def get_variant(name: str) -> ConfigVariant:
-    for variant in VARIANTS:
-        if variant.name == name:
-            return variant
-    raise KeyError(f"no shipped config variant {name!r}; known: {', '.join(v.name for v in VARIANTS)}")
-
-
-def variants_of(family: str) -> list[ConfigVariant]:
-    return [variant for variant in VARIANTS if variant.family == family]
-
-
 # Expected tensor shapes by name; None means the tensor must be absent (how a block count is pinned down).
 Signature = Mapping[str, tuple[int, ...] | None]
 
@@ -88,19 +57,21 @@ def signature_mismatch(signature: Signature, shapes: Mapping[str, tuple[int, ...
 
 
 def match_variant(
-    family: str,
+    variants: Iterable[ConfigVariant],
     shapes: Mapping[str, tuple[int, ...]],
     signature_of: Callable[[ConfigVariant], Signature],
     what: str,
 ) -> ConfigVariant:
-    """The family's variant whose signature tensors all have the file's shapes. Variants are disjoint by
+    """The variant whose signature tensors all have the file's shapes. A family's variants are disjoint by
     construction (their conv-in / embedding widths differ), so at most one matches; the first wins if not."""
     reasons = []
-    for variant in variants_of(family):
+    variants = list(variants)
+    for variant in variants:
         mismatch = signature_mismatch(signature_of(variant), shapes)
         if mismatch is None:
             return variant
         reasons.append(f"{variant.name}: {mismatch}")
+    family = variants[0].family if variants else "its family's"
     raise UnsupportedModelError(f"{what} matches no shipped {family} config ({'; '.join(reasons)})")
 
 

@@ -32,11 +32,12 @@ def write_gguf(
     path: Path,
     *,
     quantize: Iterable[str],
+    arch: str,
     quant_type: str = "Q8_0",
-    arch: str = "krea2",
 ) -> dict[str, str]:
     """Write `state_dict` to `path`; tensors named in `quantize` whose rows split into whole quantization blocks
-    become `quant_type`, all others float32. Returns each tensor's stored type, by name."""
+        become `quant_type`, all others float32; `arch` is the general.architecture the header names (converters write
+    the model family's). Returns each tensor's stored type, by name."""
     qtype = WRITABLE_TYPES[quant_type]
     block_size, _ = gguf.GGML_QUANT_SIZES[qtype]
     wanted = set(quantize)

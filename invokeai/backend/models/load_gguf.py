@@ -1,4 +1,4 @@
-"""Load a GGUF-quantized Krea-2 transformer through diffusers' GGUF quantizer."""
+"""Load a GGUF-quantized diffusers model (a transformer) through diffusers' GGUF quantizer."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ from typing import Any
 
 import torch
 
-from .config_variants import ConfigVariant
+from invokeai.backend.models.config_variants import ConfigVariant
 
 
-def load_krea2_gguf_transformer(path: Path, variant: ConfigVariant, dtype: torch.dtype) -> Any:
-    """Linear weights stay quantized (GGUFLinear dequantizes them to `dtype` on every call); the rest is `dtype`."""
-    from diffusers import GGUFQuantizationConfig, Krea2Transformer2DModel
+def load_gguf_model(class_name: str, path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    """diffusers' `class_name` from the GGUF file, its config from the variant's `component` folder. Linear weights
+    stay quantized (GGUFLinear dequantizes them to `dtype` on every call); the rest is `dtype`."""
+    import diffusers
+    from diffusers import GGUFQuantizationConfig
 
-    model = Krea2Transformer2DModel.from_single_file(
+    model = getattr(diffusers, class_name).from_single_file(
         str(path),
         quantization_config=GGUFQuantizationConfig(compute_dtype=dtype),
         config=str(variant.path),
-        subfolder="transformer",
+        subfolder=component,
         local_files_only=True,
         torch_dtype=dtype,
     )

@@ -1,4 +1,8 @@
-"""Load one component of a probed model, whatever its format, onto a device in a dtype."""
+"""Load one component of a probed model, whatever its format, onto a device in a dtype.
+
+A diffusers folder loads the same way for every family (the classes its model_index.json names); a single file
+loads through the family's file rule for its format, with configs from its shipped variant.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,28 @@ from typing import Any
 
 import torch
 
-from . import krea2, sd1
-from .config_variants import ConfigVariant, get_variant
+from invokeai.backend.families import FileRule, config_variant, get_family
+from invokeai.backend.models.config_variants import ConfigVariant
+
 from .errors import UnsupportedModelError
 from .probe import ProbeResult
 
-COMPONENTS = {sd1.FAMILY: sd1.COMPONENTS, krea2.FAMILY: krea2.COMPONENTS}
+
+def _file_rule(probe: ProbeResult) -> FileRule:
+    family = get_family(probe.family)
+    for rule in family.files:
+        if rule.format == probe.format and rule.type == probe.type:
+            return rule
+    raise UnsupportedModelError(
+        f"{probe.path.name}: no loader for {probe.family} {probe.type} in {probe.format} format"
+    )
 
 
 def components_of(probe: ProbeResult) -> tuple[str, ...]:
-    """The components this model provides: a whole pipeline all of its family's, a GGUF file its transformer."""
-    if probe.format == "gguf":
-        return ("transformer",)
-    return COMPONENTS[probe.family]
+    """The components this model provides: a whole pipeline all of its family's, a lone transformer its own."""
+    if probe.format == "diffusers":
+        return get_family(probe.family).components
+    return _file_rule(probe).components
 
 
 def architecture(probe: ProbeResult, component: str) -> dict[str, Any]:
@@ -51,16 +64,8 @@ def load_component(
         from .load_diffusers import load_diffusers_component
 
         loaded = load_diffusers_component(probe.path, component, dtype)
-    elif probe.format == "checkpoint" and probe.family == sd1.FAMILY:
-        from .load_single_file import load_sd1_checkpoint_component
-
-        loaded = load_sd1_checkpoint_component(probe.path, _variant(probe), component, dtype)
-    elif probe.format == "gguf" and probe.family == krea2.FAMILY:
-        from .load_gguf import load_krea2_gguf_transformer
-
-        loaded = load_krea2_gguf_transformer(probe.path, _variant(probe), dtype)
     else:
-        raise UnsupportedModelError(f"{probe.path.name}: no loader for {probe.family} in {probe.format} format")
+        loaded = _file_rule(probe).load(probe.path, _variant(probe), component, dtype)
     if isinstance(loaded, torch.nn.Module):
         loaded = loaded.to(device).eval()
     return loaded
@@ -69,4 +74,7 @@ def load_component(
 def _variant(probe: ProbeResult) -> ConfigVariant:
     if probe.config_variant is None:
         raise UnsupportedModelError(f"{probe.path.name}: a single file needs a config variant; probe it first")
-    return get_variant(probe.config_variant)
+    try:
+        return config_variant(probe.config_variant)
+    except KeyError as error:
+        raise UnsupportedModelError(f"{probe.path.name}: {error.args[0]}") from None

@@ -1,7 +1,8 @@
 """What a path on disk is: family, type, format and config variant, from headers and config files only.
 
-Supported: a diffusers pipeline folder (the family comes from model_index.json's pipeline class), a single-file
-SD-1.x checkpoint in the original key layout (.safetensors), and a Krea-2 transformer in GGUF. Anything else raises
+Supported is what the family registry declares: a diffusers pipeline folder whose model_index.json names a family's
+pipeline class (and passes the family's folder check), and single files (safetensors or GGUF) that one of the
+families' file rules recognises, matched to one of its shipped configs by tensor shapes. Anything else raises
 UnsupportedModelError with the reason. No weights are read: the installer calls this on whatever a user points at.
 """
 
@@ -11,21 +12,23 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import krea2, sd1
+from invokeai.backend.families import FAMILIES, family_for_pipeline, pipeline_classes
+from invokeai.backend.families.unsupported import unsupported_layout
+
 from .config_variants import match_variant
 from .errors import UnsupportedModelError
 from .gguf_header import is_gguf, read_gguf_header
 from .safetensors_header import read_safetensors_header
 
-FAMILY_BY_PIPELINE = {sd1.PIPELINE_CLASS: sd1, krea2.PIPELINE_CLASS: krea2}
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_CONTAINERS = {"safetensors": "safetensors", "gguf": "GGUF"}
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 
 
 @dataclass(frozen=True)
 class ProbeResult:
     path: Path
-    family: str  # "sd-1" | "krea2"
+    family: str  # a registered family's name
     type: str  # "main" (a whole pipeline) | "transformer"
     format: str  # "diffusers" | "checkpoint" | "gguf"
     config_variant: str | None  # shipped config folder a single file loads with; None for a diffusers folder
@@ -52,36 +55,37 @@ def _probe_folder(path: Path) -> ProbeResult:
         class_name = index["_class_name"]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
         raise UnsupportedModelError(f"{path.name}: model_index.json is unreadable ({type(exc).__name__})") from None
-    family = FAMILY_BY_PIPELINE.get(class_name)
+    family = family_for_pipeline(class_name) if isinstance(class_name, str) else None
     if family is None:
-        supported = ", ".join(sorted(FAMILY_BY_PIPELINE))
+        supported = ", ".join(sorted(pipeline_classes()))
         raise UnsupportedModelError(f"{path.name}: pipeline class {class_name!r} is not supported ({supported} are)")
-    for component in family.COMPONENTS:
+    for component in family.components:
         entry = index.get(component)
         if not (isinstance(entry, list) and len(entry) == 2 and all(entry)):
             raise UnsupportedModelError(f"{path.name}: model_index.json names no {component}")
         folder = path / component
         if not folder.is_dir():
             raise UnsupportedModelError(f"{path.name}: component folder {component}/ is missing")
-        if component in family.MODEL_COMPONENTS and not any(
+        if component in family.module_components and not any(
             file.suffix in WEIGHT_SUFFIXES for file in folder.iterdir() if file.is_file()
         ):
             raise UnsupportedModelError(f"{path.name}: {component}/ holds no weights")
-    if family is sd1:
-        differences = sd1.pipeline_differences(
-            _component_config(path, "unet"),
-            _component_config(path, "scheduler", "scheduler_config.json"),
-            _component_config(path, "text_encoder"),
-        )
+    if family.folder_check is not None:
+        configs = {
+            component: _component_config(path, component, "scheduler_config.json" if component == "scheduler" else None)
+            for component in family.checked_configs
+        }
+        differences = family.folder_check(configs)
         if differences:
             raise UnsupportedModelError(
-                f"{path.name}: not an SD-1.5 pipeline the sd-1 nodes can run: " + "; ".join(differences)
+                f"{path.name}: not a {family.title} pipeline the {family.name} nodes can run: " + "; ".join(differences)
             )
     size = sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
-    return ProbeResult(path, family.FAMILY, "main", "diffusers", None, size)
+    return ProbeResult(path, family.name, "main", "diffusers", None, size)
 
 
-def _component_config(path: Path, component: str, name: str = "config.json") -> dict:
+def _component_config(path: Path, component: str, name: str | None = None) -> dict:
+    name = name or "config.json"
     file = path / component / name
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
@@ -99,7 +103,8 @@ def _probe_file(path: Path) -> ProbeResult:
     if size == 0:
         raise UnsupportedModelError(f"{path.name}: empty file")
     if is_gguf(path):
-        return _probe_gguf(path, size)
+        header = read_gguf_header(path)
+        return _probe_single_file(path, size, "gguf", header.tensors, f"architecture {header.architecture!r}, ")
     suffix = path.suffix.lower()
     if suffix in PICKLE_SUFFIXES:
         raise UnsupportedModelError(
@@ -116,57 +121,32 @@ def _probe_file(path: Path) -> ProbeResult:
             raise UnsupportedModelError(f"{path.name}: not a safetensors or GGUF file") from None
     else:
         header = read_safetensors_header(path)
-    shapes = {name: tensor.shape for name, tensor in header.tensors.items()}
-    missing = sd1.missing_checkpoint_parts(shapes)
-    looks_like = _other_single_file_family(shapes)
+    return _probe_single_file(path, size, "safetensors", header.tensors)
+
+
+def _probe_single_file(path: Path, size: int, container: str, tensors: dict, about: str = "") -> ProbeResult:
+    """The family file rule for this container that recognises the tensor names, with its config variant."""
+    rules = [(family, rule) for family in FAMILIES for rule in family.files]
+    for family, rule in rules:
+        if rule.container == container and rule.matches(tensors):
+            shapes = {rule.canonical_name(name): tensor.shape for name, tensor in tensors.items()}
+            variant = match_variant(family.config_variants, shapes, rule.signature, f"{path.name} ({rule.what})")
+            return ProbeResult(path, family.name, rule.type, rule.format, variant.name, size)
+    elsewhere = [rule for _, rule in rules if rule.container != container and rule.matches(tensors)]
+    if elsewhere:
+        rule = elsewhere[0]
+        raise UnsupportedModelError(
+            f"{path.name}: a {rule.what} is supported as {_CONTAINERS[rule.container]} only, "
+            f"not {_CONTAINERS[container]}"
+        )
+    looks_like = unsupported_layout(tensors)
     if looks_like is not None:
         raise UnsupportedModelError(f"{path.name}: this looks like {looks_like}, which is not supported yet")
-    if missing:
-        if krea2.is_transformer(shapes):
-            raise UnsupportedModelError(f"{path.name}: a Krea-2 transformer is supported as GGUF only, not safetensors")
-        raise UnsupportedModelError(
-            f"{path.name}: tensors are not in the original SD-1.5 single-file layout: no {', '.join(missing)}; "
-            f"found {_prefix_summary(shapes)}"
-        )
-    variant = match_variant(sd1.FAMILY, shapes, sd1.checkpoint_signature, f"{path.name} (SD-1 checkpoint)")
-    return ProbeResult(path, sd1.FAMILY, "main", "checkpoint", variant.name, size)
-
-
-def _probe_gguf(path: Path, size: int) -> ProbeResult:
-    header = read_gguf_header(path)
-    if not krea2.is_transformer(header.tensors):
-        raise UnsupportedModelError(
-            f"{path.name}: GGUF file is not a Krea-2 transformer (architecture {header.architecture!r}, "
-            f"{_prefix_summary(header.tensors)}); only Krea-2 transformers are supported as GGUF"
-        )
-    shapes = {krea2.diffusers_name(name): tensor.shape for name, tensor in header.tensors.items()}
-    variant = match_variant(krea2.FAMILY, shapes, krea2.transformer_signature, f"{path.name} (Krea-2 transformer)")
-    return ProbeResult(path, krea2.FAMILY, "transformer", "gguf", variant.name, size)
-
-
-# Tensor names that only single files of families this server does not run yet carry, so a refusal can say which
-# family a file looks like rather than only that it is not SD-1.5's layout.
-_OTHER_SINGLE_FILE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "an SDXL checkpoint (a second, OpenCLIP-G text encoder under conditioner.embedders.1)",
-        ("conditioner.embedders.1.",),
-    ),
-    (
-        "a FLUX.1 transformer (double_blocks / single_blocks)",
-        ("double_blocks.", "model.diffusion_model.double_blocks."),
-    ),
-    (
-        "a Stable Diffusion 2.x checkpoint (an OpenCLIP text encoder under cond_stage_model.model)",
-        ("cond_stage_model.model.",),
-    ),
-)
-
-
-def _other_single_file_family(names: dict[str, object]) -> str | None:
-    for family, prefixes in _OTHER_SINGLE_FILE_FAMILIES:
-        if any(name.startswith(prefixes) for name in names):
-            return family
-    return None
+    kinds = [rule.what for _, rule in rules if rule.container == container]
+    raise UnsupportedModelError(
+        f"{path.name}: the tensors are in no single-file layout this server runs as {_CONTAINERS[container]} "
+        f"({', '.join(kinds) or 'none'}); found {about}{_prefix_summary(tensors)}"
+    )
 
 
 def _prefix_summary(names: dict[str, object], limit: int = 5) -> str:

@@ -24,7 +24,7 @@ from invokeai.app.nodes.graph import Graph, execution_order, prepare_node
 from invokeai.app.nodes.sd1 import SDDenoiseInvocation
 from invokeai.app.services.events import EventBus
 from invokeai.app.services.images import ImageService
-from invokeai.app.services.model_manager import probe_of
+from invokeai.app.services.model_manager import ModelManager, probe_of
 from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord
 from invokeai.app.services.queue_models import Batch
 from invokeai.app.services.session_processor import SessionProcessor
@@ -32,7 +32,8 @@ from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
-from invokeai.backend.models import sd1 as sd1_family
+from invokeai.backend.families import get_family
+from invokeai.backend.families.sd1 import layout as sd1_family
 from invokeai.backend.models.loaders import architecture, components_of, load_component
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -73,9 +74,14 @@ class StandInManager:
             self._loaded[(record.name, component)] = load_component(probe_of(record), component)
         return self._loaded[(record.name, component)]
 
+    # The real manager's arithmetic: the config from the files, the family's estimator, the installed policy.
+    facts = ModelManager.facts
+    working_memory = ModelManager.working_memory
+
     @contextmanager
-    def on_device(self, record: ModelRecord, component: str, working_memory_bytes: int) -> Iterator[Any]:
-        self.reservations.append((record.name, component, working_memory_bytes))
+    def on_device(self, record: ModelRecord, operation: str, **facts: Any) -> Iterator[Any]:
+        component = get_family(record.family).component_of(operation)
+        self.reservations.append((record.name, component, self.working_memory(record, operation, **facts)))
         yield self.load(record, component)
 
     def companion(self, record: ModelRecord, component: str) -> ModelRecord:

@@ -20,7 +20,7 @@ from invokeai.app.config import InvokeAIAppConfig
 def built_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Install sources: demo-sd1, demo-krea2 (folders), demo-krea2-gguf (.gguf) and sd1-single (.safetensors).
     Read-only for tests: an install copies them, an in-place install only records them."""
-    from invokeai.backend.models.convert import sd1_pipeline_to_checkpoint
+    from invokeai.backend.families.sd1.convert import sd1_pipeline_to_checkpoint
     from invokeai.backend.models.demo import build_demo_models
 
     torch.set_num_threads(1)

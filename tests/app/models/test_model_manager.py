@@ -58,9 +58,27 @@ def test_components_load_once_and_go_on_device(manager: ModelManager) -> None:
     assert isinstance(vae, torch.nn.Module) and manager.load(sd1, "vae") is vae
     tokenizer = manager.load(sd1, "tokenizer")
     assert manager.load(sd1, "tokenizer") is tokenizer
-    with manager.on_device(sd1, "vae", working_memory_bytes=1024) as module:
+    with manager.on_device(sd1, "vae_decode", width=64, height=64) as module:
+        assert module is vae
         assert next(module.parameters()).device.type == manager.device.type
         assert next(module.parameters()).dtype == manager.dtype
+
+
+def test_on_device_reserves_the_family_estimate_for_the_operation(manager: ModelManager) -> None:
+    from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
+
+    sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    # vae_decode and vae_encode run the same module but cost differently; the config is read from the files.
+    facts = CallFacts(manager.device, manager.dtype, width=128, height=96)
+    for operation in ("vae_decode", "vae_encode"):
+        expected = estimate_working_memory("sd-1", operation, vae_config := manager.config(sd1, "vae"), facts)
+        assert manager.working_memory(sd1, operation, width=128, height=96) == expected.total(facts.device, facts.dtype)
+    assert vae_config["latent_channels"] == 4
+    assert manager.working_memory(sd1, "vae_decode", width=128, height=96) != manager.working_memory(
+        sd1, "vae_encode", width=128, height=96
+    )
+    with pytest.raises(KeyError, match="has no operation 'vae'; known: text_encoder, unet, vae_decode, vae_encode"):
+        manager.working_memory(sd1, "vae")
 
 
 def test_a_gguf_transformer_borrows_from_demo_krea2(manager: ModelManager, client: TestClient) -> None:
@@ -82,12 +100,12 @@ def test_a_lone_transformer_pairs_only_with_a_pipeline_of_its_architecture(
 ) -> None:
     import json
 
-    from invokeai.backend.models.config_variants import get_variant
+    from invokeai.backend.families import config_variant
 
     # A full-size Krea-2 pipeline, as far as pairing looks (its transformer config); its name sorts first.
     full_size = tmp_path / "krea2-full"
     (full_size / "transformer").mkdir(parents=True)
-    config = get_variant("krea2").component_config("transformer")
+    config = config_variant("krea2").component_config("transformer")
     (full_size / "transformer" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     demo = manager.resolve(ModelIdentifier(name="demo-krea2"))
     full = manager.records.add(demo.model_copy(update={"key": "full", "name": "aa-krea2-full", "path": str(full_size)}))
@@ -160,9 +178,7 @@ def test_a_model_larger_than_the_cache_is_loaded_once_per_node(
     # The estimate reads the component's config from its files: loading the module for it would load a model the
     # cache cannot keep twice, once for the config and once to run, and say twice that it does not fit.
     import logging
-    import types
 
-    from invokeai.app.nodes.model_use import call_facts, reserved
     from invokeai.app.services import model_manager as manager_module
 
     torch.set_num_threads(1)
@@ -176,10 +192,8 @@ def test_a_model_larger_than_the_cache_is_loaded_once_per_node(
     monkeypatch.setattr(manager_module, "load_component", counted)
     monkeypatch.setattr(manager.cache, "max_cache_ram_bytes", 0)  # nothing fits
     caplog.set_level(logging.INFO, logger="invokeai.backend.cache.model_cache")
-    context = types.SimpleNamespace(models=manager)
     sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
-    facts = call_facts(context, width=64, height=64)  # type: ignore[arg-type]
-    with reserved(context, sd1, "vae", facts, operation="vae_decode") as vae:  # type: ignore[arg-type]
+    with manager.on_device(sd1, "vae_decode", width=64, height=64) as vae:
         assert isinstance(vae, torch.nn.Module)
     assert loads == ["vae"]
     assert sum("does not fit in the model cache" in r.getMessage() for r in caplog.records) == 1

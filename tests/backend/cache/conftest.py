@@ -31,10 +31,10 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from diffusers.utils import logging as diffusers_logging
     from transformers.utils import logging as transformers_logging
 
-    from invokeai.backend.models.demo import KREA2_NAME, SD1_NAME, build_demo_models
+    from invokeai.backend.models.demo import build_demo_models
 
     diffusers_logging.disable_progress_bar()
     transformers_logging.disable_progress_bar()
     root = tmp_path_factory.mktemp("cache-demo-models")
-    build_demo_models(root, (SD1_NAME, KREA2_NAME))
+    build_demo_models(root, ("demo-sd1", "demo-krea2"))
     return root

@@ -13,8 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from invokeai.backend.cache.component_runs import RUNS, component_run
+from invokeai.backend.cache.component_runs import component_run
 from invokeai.backend.cache.working_memory import ESTIMATORS, CallFacts, WorkingMemory, model_component
+from invokeai.backend.families import FAMILIES
+
+RUNS = {(family.name, operation) for family in FAMILIES for operation in family.runs}
 
 CPU = torch.device("cpu")
 DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2"}
@@ -66,7 +69,7 @@ def demo_models(demo_root: Path) -> dict[tuple[str, str], Any]:
         probe = probe_model(demo_root / folder)
         for fam, component in ESTIMATORS:
             if fam == family:
-                models[(family, component)] = load_component(probe, model_component(component))
+                models[(family, component)] = load_component(probe, model_component(family, component))
     return models
 
 

@@ -19,8 +19,7 @@ from invokeai.backend.cache.working_memory import (
     estimate_working_memory,
     model_component,
 )
-from invokeai.backend.models import krea2, sd1
-from invokeai.backend.models.config_variants import get_variant
+from invokeai.backend.families import FAMILIES, config_variant
 
 # Krea-2 ships no text-encoder config (it taps Qwen3-VL-4B, whose text width is the transformer's text_hidden_dim):
 # these are that model's text-config values.
@@ -42,13 +41,22 @@ Dispatcher = Callable[..., Any]  # conftest's stand-in factory
 def config_for(family: str, component: str, variant: str) -> Any:
     if (family, component, variant) == ("krea2", "text_encoder", "krea2"):
         return QWEN3_VL_4B_TEXT
-    return get_variant(variant).component_config(model_component(component))
+    return config_variant(variant).component_config(model_component(family, component))
 
 
+def _has_config(family: str, component: str, variant: Any) -> bool:
+    return (family, component, variant.name) == ("krea2", "text_encoder", "krea2") or (
+        variant.path / model_component(family, component)
+    ).is_dir()
+
+
+# Every estimator on every shipped config that has its component (a transformer-only variant has no VAE).
 CASES = [
-    pytest.param(family, component, variant, id=f"{variant}/{component}")
-    for family, component in ESTIMATORS
-    for variant in (f"{family}-demo", family)
+    pytest.param(family.name, operation, variant.name, id=f"{variant.name}/{operation}")
+    for family in FAMILIES
+    for operation in family.estimators
+    for variant in family.config_variants
+    if _has_config(family.name, operation, variant)
 ]
 
 
@@ -76,9 +84,9 @@ def independent_bytes(call: AttentionCall, dtype: torch.dtype) -> int:
 
 
 def test_every_family_component_has_an_estimator() -> None:
-    for family in (sd1, krea2):
-        covered = {model_component(c) for f, c in ESTIMATORS if f == family.FAMILY}
-        assert covered == set(family.MODEL_COMPONENTS), family.FAMILY
+    for family in FAMILIES:
+        covered = {model_component(family.name, c) for f, c in ESTIMATORS if f == family.name}
+        assert covered == set(family.module_components), family.name
 
 
 @pytest.mark.parametrize(("family", "component", "variant"), CASES)
@@ -173,8 +181,8 @@ def test_krea2_transformer_lists_all_three_attention_kinds() -> None:
 
 
 def test_guidance_doubles_the_sd_unet_batch_but_not_krea2s() -> None:
-    sd = get_variant("sd-1").component_config("unet")
-    k2 = get_variant("krea2").component_config("transformer")
+    sd = config_variant("sd-1").component_config("unet")
+    k2 = config_variant("krea2").component_config("transformer")
     for guidance in (True, False):
         sd_call = largest(ESTIMATORS[("sd-1", "unet")](sd, facts(guidance=guidance)))
         k2_call = largest(ESTIMATORS[("krea2", "transformer")](k2, facts(guidance=guidance)))
@@ -206,10 +214,10 @@ def test_configs_as_loaded_objects_and_as_dicts_agree() -> None:
     from diffusers import UNet2DConditionModel
     from transformers import CLIPTextConfig
 
-    unet_dict = get_variant("sd-1-demo").component_config("unet")
-    frozen = UNet2DConditionModel.load_config(get_variant("sd-1-demo").path / "unet")
+    unet_dict = config_variant("sd-1-demo").component_config("unet")
+    frozen = UNet2DConditionModel.load_config(config_variant("sd-1-demo").path / "unet")
     assert ESTIMATORS[("sd-1", "unet")](frozen, facts()) == ESTIMATORS[("sd-1", "unet")](unet_dict, facts())
-    text_dict = get_variant("sd-1").component_config("text_encoder")
+    text_dict = config_variant("sd-1").component_config("text_encoder")
     text_config = CLIPTextConfig(**text_dict)
     assert ESTIMATORS[("sd-1", "text_encoder")](text_config, facts()) == ESTIMATORS[("sd-1", "text_encoder")](
         text_dict, facts()
@@ -225,7 +233,7 @@ def test_full_size_sd15_unet_on_cpu_reserves_the_weight_copy_of_its_largest_conv
     """oneDNN reorders a convolution's weight on every CPU call; at 256 px the copy of up_blocks.1's first conv1
     (2560 to 1280 channels, 3x3, 113 MiB in fp32) outweighs the UNet's activations. `calibrate_working_memory.py
     --full-size` measured 129.6 MiB for this call; the activation-only walk reserved 74 MiB."""
-    unet = get_variant("sd-1").component_config("unet")
+    unet = config_variant("sd-1").component_config("unet")
     memory = estimate_working_memory("sd-1", "unet", unet, CallFacts(CPU, torch.float32, width=256, height=256))
     largest_conv_weight = 2560 * 1280 * 9 * 4
     assert memory.activation_bytes >= largest_conv_weight + 16 * 2**20  # and the activations held meanwhile
@@ -239,6 +247,6 @@ def test_full_size_sd15_vae_in_bfloat16_on_cpu_covers_onednn_channels_last_copie
     """oneDNN's 16-bit convolutions copy the NCHW input to NHWC and the NHWC result back, beside each other: the
     fp32 layout's terms gave 0.88 (encode) and 0.85 (decode) of what `calibrate_working_memory.py --full-size
     --dtype bfloat16` measured at 256 px on an AMX machine."""
-    vae = get_variant("sd-1").component_config("vae")
+    vae = config_variant("sd-1").component_config("vae")
     memory = estimate_working_memory("sd-1", component, vae, CallFacts(CPU, torch.bfloat16, width=256, height=256))
     assert memory.activation_bytes >= measured_mib * 2**20

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from invokeai.backend.attention import attention_stats
-from invokeai.backend.generation.krea2 import WINDOW_ENV
+from invokeai.backend.families.krea2.generation import WINDOW_ENV
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "krea2_steps.py"
 

@@ -36,6 +36,6 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> DemoBuild:
 @pytest.fixture(scope="session")
 def demo_checkpoint(demo_build: DemoBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """demo-sd1 as one original-layout SD-1.5 safetensors file."""
-    from invokeai.backend.models.convert import sd1_pipeline_to_checkpoint
+    from invokeai.backend.families.sd1.convert import sd1_pipeline_to_checkpoint
 
     return sd1_pipeline_to_checkpoint(demo_build.sd1, tmp_path_factory.mktemp("checkpoint") / "demo-sd1.safetensors")

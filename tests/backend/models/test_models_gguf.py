@@ -10,7 +10,7 @@ import pytest
 import torch
 from models_testlib import DemoBuild
 
-from invokeai.backend.models import krea2
+from invokeai.backend.families.krea2 import layout as krea2
 from invokeai.backend.models.gguf_export import linear_weight_names, write_gguf
 from invokeai.backend.models.loaders import load_component
 from invokeai.backend.models.probe import probe_model
@@ -96,7 +96,9 @@ def test_original_key_layout_gguf(demo_build: DemoBuild, fp32_transformer: torch
     assert {krea2.diffusers_name(name) for name in original} == set(state)
 
     path = tmp_path / "krea2-original.gguf"
-    write_gguf(original, path, quantize={_original_name(n) for n in linear_weight_names(fp32_transformer)})
+    write_gguf(
+        original, path, quantize={_original_name(n) for n in linear_weight_names(fp32_transformer)}, arch="krea2"
+    )
     probe = probe_model(path)
     assert (probe.family, probe.format, probe.config_variant) == ("krea2", "gguf", "krea2-demo")
     same_weights = load_component(probe_model(demo_build.gguf), "transformer")
@@ -114,7 +116,7 @@ def test_quantized_modulation_tables_are_dequantized_at_load(
 
     state = fp32_transformer.state_dict()
     path = tmp_path / f"all-{quant_type}.gguf"
-    stored = write_gguf(state, path, quantize=set(state), quant_type=quant_type)
+    stored = write_gguf(state, path, quantize=set(state), arch="krea2", quant_type=quant_type)
     assert stored["transformer_blocks.0.scale_shift_table"] == stored["final_layer.scale_shift_table"] == quant_type
     model = load_component(probe_model(path), "transformer", dtype=torch.float32)
     packed = [

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from invokeai.backend.models import krea2, sd1
-from invokeai.backend.models.config_variants import get_variant
+from invokeai.backend.families import config_variant
+from invokeai.backend.families.krea2 import layout as krea2
+from invokeai.backend.families.sd1 import layout as sd1
 from invokeai.backend.models.schedulers import new_scheduler
 
 
@@ -15,7 +16,7 @@ from invokeai.backend.models.schedulers import new_scheduler
     [("euler", "EulerDiscreteScheduler"), ("ddim", "DDIMScheduler"), ("dpmpp_2m", "DPMSolverMultistepScheduler")],
 )
 def test_sd1_schedulers_keep_the_models_noise_schedule(name: str, class_name: str) -> None:
-    base = get_variant("sd-1").component_config("scheduler")
+    base = config_variant("sd-1").component_config("scheduler")
     scheduler = sd1.make_scheduler(name, base)
     assert type(scheduler).__name__ == class_name
     assert (scheduler.config.beta_schedule, scheduler.config.beta_start, scheduler.config.beta_end) == (
@@ -30,7 +31,7 @@ def test_sd1_schedulers_keep_the_models_noise_schedule(name: str, class_name: st
 
 
 def test_krea2_scheduler_shifts_with_resolution() -> None:
-    scheduler = krea2.make_scheduler("euler", get_variant("krea2").component_config("scheduler"))
+    scheduler = krea2.make_scheduler("euler", config_variant("krea2").component_config("scheduler"))
     assert type(scheduler).__name__ == "FlowMatchEulerDiscreteScheduler"
     scheduler.set_timesteps(4, mu=0.5)
     small = scheduler.sigmas.clone()
@@ -47,7 +48,7 @@ def test_unknown_scheduler_is_refused(family: object) -> None:
 def test_each_new_scheduler_is_a_separate_unused_one() -> None:
     from diffusers import DPMSolverMultistepScheduler
 
-    base = get_variant("sd-1").component_config("scheduler")
+    base = config_variant("sd-1").component_config("scheduler")
     first = sd1.make_scheduler("dpmpp_2m", base)
     first.set_timesteps(10)
     second = sd1.make_scheduler("dpmpp_2m", base)
@@ -61,7 +62,7 @@ def test_each_new_scheduler_is_a_separate_unused_one() -> None:
 def test_a_different_config_gets_its_own_scheduler() -> None:
     from diffusers import EulerDiscreteScheduler
 
-    base = get_variant("sd-1").component_config("scheduler")
+    base = config_variant("sd-1").component_config("scheduler")
     linear = new_scheduler(EulerDiscreteScheduler, {**base, "beta_schedule": "linear"})
     scaled = new_scheduler(EulerDiscreteScheduler, base)
     assert (linear.config.beta_schedule, scaled.config.beta_schedule) == ("linear", "scaled_linear")
@@ -83,15 +84,15 @@ def _sd1_configs() -> dict[str, dict]:
     _use_default_values), one older than steps_offset, and recent DDIM and Euler ones."""
     from diffusers import EulerDiscreteScheduler, PNDMScheduler
 
-    shipped = get_variant("sd-1").component_config("scheduler")
-    loaded = dict(PNDMScheduler.from_pretrained(get_variant("sd-1").path, subfolder="scheduler").config)
+    shipped = config_variant("sd-1").component_config("scheduler")
+    loaded = dict(PNDMScheduler.from_pretrained(config_variant("sd-1").path, subfolder="scheduler").config)
     older = {key: value for key, value in shipped.items() if key != "steps_offset"}
     euler = dict(EulerDiscreteScheduler.from_config(shipped, timestep_spacing="trailing").config)
     return {
         "PNDM 0.6.0 file": shipped,
         "PNDM loaded": loaded,
         "older than steps_offset": older,
-        "recent DDIM": get_variant("sd-1-demo").component_config("scheduler"),
+        "recent DDIM": config_variant("sd-1-demo").component_config("scheduler"),
         "recent Euler, trailing": euler,
     }
 
@@ -114,7 +115,7 @@ def test_a_pndm_era_config_keeps_eulers_own_timestep_spacing() -> None:
     # The classic SD-1.5 config has no timestep_spacing; PNDM's default ("leading") must not be forced onto Euler.
     from diffusers import PNDMScheduler
 
-    loaded = dict(PNDMScheduler.from_pretrained(get_variant("sd-1").path, subfolder="scheduler").config)
+    loaded = dict(PNDMScheduler.from_pretrained(config_variant("sd-1").path, subfolder="scheduler").config)
     assert loaded["timestep_spacing"] == "leading" and "timestep_spacing" in loaded["_use_default_values"]
     assert sd1.make_scheduler("euler", loaded).config.timestep_spacing == "linspace"
     assert sd1.make_scheduler("dpmpp_2m", loaded).config.timestep_spacing == "linspace"
@@ -123,7 +124,7 @@ def test_a_pndm_era_config_keeps_eulers_own_timestep_spacing() -> None:
 def test_krea2_scheduler_equals_diffusers_from_config() -> None:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    config = get_variant("krea2").component_config("scheduler")
+    config = config_variant("krea2").component_config("scheduler")
     ours, theirs = krea2.make_scheduler("euler", config), FlowMatchEulerDiscreteScheduler.from_config(config)
     assert dict(ours.config) == dict(theirs.config)
     ours.set_timesteps(4, mu=0.8)

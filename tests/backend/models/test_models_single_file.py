@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from models_testlib import DemoBuild
 
-from invokeai.backend.models.config_variants import get_variant
+from invokeai.backend.families import config_variant
 from invokeai.backend.models.loaders import components_of, load_component
 from invokeai.backend.models.probe import probe_model
 
@@ -54,7 +54,7 @@ def test_single_file_pipeline_makes_the_folders_image(demo_build: DemoBuild, dem
         )
 
     from_file = StableDiffusionPipeline.from_single_file(
-        str(demo_checkpoint), config=str(get_variant("sd-1-demo").path), local_files_only=True
+        str(demo_checkpoint), config=str(config_variant("sd-1-demo").path), local_files_only=True
     )
     from_folder = StableDiffusionPipeline.from_pretrained(demo_build.sd1, local_files_only=True)
     assert np.array_equal(image(from_file), image(from_folder))

@@ -5,22 +5,24 @@ from __future__ import annotations
 import pytest
 from transformers import CLIPTokenizer, Qwen2Tokenizer
 
+from invokeai.backend.families import config_variant
+from invokeai.backend.families.krea2 import constants as k2
+from invokeai.backend.families.krea2 import tokenizer as k2_tokenizer
 from invokeai.backend.models import tiny_tokenizers as tt
-from invokeai.backend.models.config_variants import get_variant
 
 
 def test_qwen_template_encodes_to_the_lengths_krea2_assumes() -> None:
-    tokenizer = tt.build_qwen_tokenizer()
-    assert tt.template_token_counts(tokenizer) == (34, 5)
+    tokenizer = k2_tokenizer.build_qwen_tokenizer()
+    assert k2_tokenizer.template_token_counts(tokenizer) == (34, 5)
     prompt = "a red cat on a house"
-    ids = tokenizer(tt.KREA2_TEMPLATE_PREFIX + prompt)["input_ids"]
+    ids = tokenizer(k2.PROMPT_PREFIX + prompt)["input_ids"]
     # The pipeline keeps tokens from index 34 on: they must be exactly the prompt's.
-    assert ids[tt.KREA2_PREFIX_TOKENS :] == tokenizer(prompt)["input_ids"]
+    assert ids[k2.TEMPLATE_PREFIX_TOKENS :] == tokenizer(prompt)["input_ids"]
 
 
 def test_qwen_special_tokens_are_single_ids() -> None:
-    tokenizer = tt.build_qwen_tokenizer()
-    for token in tt.QWEN_SPECIAL_TOKENS:
+    tokenizer = k2_tokenizer.build_qwen_tokenizer()
+    for token in k2_tokenizer.QWEN_SPECIAL_TOKENS:
         assert tokenizer(token)["input_ids"] == [tokenizer.convert_tokens_to_ids(token)]
     assert tokenizer.pad_token == "<|endoftext|>"
 
@@ -28,11 +30,11 @@ def test_qwen_special_tokens_are_single_ids() -> None:
 def test_a_tokenizer_that_would_cut_the_prompt_is_refused() -> None:
     table = tt.byte_alphabet()
     vocab = {char: i for i, char in enumerate(table.values())}
-    for token in tt.QWEN_SPECIAL_TOKENS:
+    for token in k2_tokenizer.QWEN_SPECIAL_TOKENS:
         vocab[token] = len(vocab)
-    bytes_only = Qwen2Tokenizer(vocab=vocab, merges=[], extra_special_tokens=list(tt.QWEN_SPECIAL_TOKENS[1:]))
+    bytes_only = Qwen2Tokenizer(vocab=vocab, merges=[], extra_special_tokens=list(k2_tokenizer.QWEN_SPECIAL_TOKENS[1:]))
     with pytest.raises(ValueError, match=r"encodes to \d+ prefix / \d+ suffix tokens; the pipeline assumes 34 / 5"):
-        tt.check_krea2_template(bytes_only)
+        k2_tokenizer.check_template(bytes_only)
 
 
 def test_tiny_clip_tokenizer_covers_any_text() -> None:
@@ -53,7 +55,7 @@ def test_tiny_clip_tokenizer_covers_any_text() -> None:
 
 
 def test_shipped_sd1_tokenizer_is_the_real_clip_vocabulary() -> None:
-    tokenizer = CLIPTokenizer.from_pretrained(get_variant("sd-1").path, subfolder="tokenizer", local_files_only=True)
+    tokenizer = CLIPTokenizer.from_pretrained(config_variant("sd-1").path, subfolder="tokenizer", local_files_only=True)
     assert len(tokenizer) == 49408
     # Ids of openai/clip-vit-large-patch14 for this prompt.
     assert tokenizer("a photo of an astronaut riding a horse")["input_ids"] == [

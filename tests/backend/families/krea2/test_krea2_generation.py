@@ -17,10 +17,10 @@ from invokeai.backend.attention import attention_caller, attention_stats, instal
 from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark, step_benchmark
 from invokeai.backend.attention.policy import read_flags
 from invokeai.backend.attention.testing import pristine_attention
-from invokeai.backend.generation import krea2
-from invokeai.backend.generation.krea2 import WINDOW_ENV, window_mode_from_env
-from invokeai.backend.generation.krea2_attention import EXPANDED, Krea2GroupedQueryAttnProcessor
-from invokeai.backend.models import krea2 as krea2_family
+from invokeai.backend.families.krea2 import generation as krea2
+from invokeai.backend.families.krea2 import layout as krea2_family
+from invokeai.backend.families.krea2.attention import EXPANDED, Krea2GroupedQueryAttnProcessor
+from invokeai.backend.families.krea2.generation import WINDOW_ENV, window_mode_from_env
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -44,11 +44,11 @@ def clean_attention(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def krea2_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """demo-krea2, built once per session: its folder, pipeline settings and components (load_component)."""
-    from invokeai.backend.models.demo import KREA2_NAME, build_demo_models
+    from invokeai.backend.models.demo import build_demo_models
     from invokeai.backend.models.loaders import components_of, load_component
     from invokeai.backend.models.probe import probe_model
 
-    (model,) = build_demo_models(tmp_path_factory.mktemp("generation-krea2"), names=(KREA2_NAME,))
+    (model,) = build_demo_models(tmp_path_factory.mktemp("generation-krea2"), names=("demo-krea2",))
     probe = probe_model(model.path)
     parts = {name: load_component(probe, name) for name in components_of(probe)}
     index = json.loads((model.path / "model_index.json").read_text(encoding="utf-8"))
@@ -167,7 +167,7 @@ def test_prompt_encoding_equals_the_pipelines(krea2_model: dict[str, Any], stock
     assert torch.equal(embeds, expected) and torch.equal(mask, expected_mask)
     assert embeds.shape == (1, SHORT_TEXT, len(krea2_model["settings"].select_layers), 32)
     # The kept sequence is the prompt plus the 5 suffix tokens; the rest is padding.
-    assert int(mask.sum()) == len(krea2_model["tokenizer"]("a red cat").input_ids) + krea2.SUFFIX_TOKENS
+    assert int(mask.sum()) == len(krea2_model["tokenizer"]("a red cat").input_ids) + krea2.TEMPLATE_SUFFIX_TOKENS
 
 
 def test_the_prompt_changes_the_image(krea2_model: dict[str, Any]) -> None:

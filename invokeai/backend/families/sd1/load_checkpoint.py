@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from .config_variants import ConfigVariant
-from .load_diffusers import component_class, load_from_folder
-from .sd1 import TEXT_PREFIX
+from invokeai.backend.families.sd1.layout import TEXT_PREFIX
+from invokeai.backend.models.config_variants import ConfigVariant
+from invokeai.backend.models.load_diffusers import component_class, load_from_folder
 
 
 def load_sd1_checkpoint_component(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:

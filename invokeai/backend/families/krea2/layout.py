@@ -12,12 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .config_variants import ConfigVariant, Signature
+from invokeai.backend.families.krea2.constants import NAME
+from invokeai.backend.models.config_variants import ConfigVariant, Signature
 
-FAMILY = "krea2"
-PIPELINE_CLASS = "Krea2Pipeline"
-COMPONENTS = ("text_encoder", "tokenizer", "transformer", "vae", "scheduler")
-MODEL_COMPONENTS = ("text_encoder", "transformer", "vae")
 SCHEDULER_NAMES = ("euler",)
 
 _ORIGINAL_PREFIX = "model.diffusion_model."
@@ -92,8 +89,8 @@ def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
     """Krea-2 samples with flow-matching Euler and the resolution-dependent (dynamic) shift of its config."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from .schedulers import new_scheduler
+    from invokeai.backend.models.schedulers import new_scheduler
 
     if name not in SCHEDULER_NAMES:
-        raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: euler")
+        raise ValueError(f"unknown scheduler {name!r} for {NAME}; known: euler")
     return new_scheduler(FlowMatchEulerDiscreteScheduler, base_config)

@@ -44,12 +44,7 @@ from invokeai.backend.cache.estimate import (
     config_dict,
     fp32_bytes,
 )
-
-FAMILY = "krea2"
-PROMPT_TOKENS = 512  # Krea2Pipeline's default max_sequence_length: prompts are padded to it
-TEMPLATE_PREFIX_TOKENS = 34  # Krea2Pipeline.prompt_template_encode_start_idx, dropped after the text model
-LATENT_SCALE = 8  # Qwen-Image VAE: 2 ** len(temperal_downsample)
-PATCH = 2  # Krea2Pipeline packs 2x2 latent patches into one token
+from invokeai.backend.families.krea2.constants import LATENT_SCALE, PATCH, PROMPT_TOKENS, TEMPLATE_PREFIX_TOKENS
 
 ACTIVATION_FACTOR = {
     "text_encoder": 1.0,
@@ -222,7 +217,7 @@ def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
 
 
 ESTIMATORS = {
-    (FAMILY, "text_encoder"): text_encoder,
-    (FAMILY, "transformer"): transformer,
-    (FAMILY, "vae_decode"): vae_decode,
+    "text_encoder": text_encoder,
+    "transformer": transformer,
+    "vae_decode": vae_decode,
 }

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .sd1 import TEXT_PREFIX, UNET_PREFIX, VAE_PREFIX
+from invokeai.backend.families.sd1.layout import TEXT_PREFIX, UNET_PREFIX, VAE_PREFIX
 
 _UNET_RESNET = (
     ("norm1.", "in_layers.0."),

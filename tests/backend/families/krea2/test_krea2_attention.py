@@ -22,7 +22,7 @@ from invokeai.backend import devices
 from invokeai.backend.attention import install_attention, uninstall_attention
 from invokeai.backend.attention.benchmarking import sdpa_window
 from invokeai.backend.attention.policy import apply_flags, read_flags
-from invokeai.backend.generation.krea2_attention import (
+from invokeai.backend.families.krea2.attention import (
     EXPANDED,
     GROUPED,
     Krea2GroupedQueryAttnProcessor,
@@ -218,7 +218,7 @@ def test_other_diffusers_backends_get_the_stock_expanded_heads(gpu_like: Callabl
 
 @torch.no_grad()
 def test_a_whole_transformer_gives_the_stock_output() -> None:
-    from invokeai.backend.models.demo import build_krea2_transformer
+    from invokeai.backend.families.krea2.demo import build_krea2_transformer
 
     stock, ours = build_krea2_transformer(), build_krea2_transformer()
     policy = install_krea2_attention(ours)

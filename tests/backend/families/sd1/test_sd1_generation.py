@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from invokeai.backend.generation import sd1
+from invokeai.backend.families.sd1 import generation as sd1
+from invokeai.backend.families.sd1 import layout as sd1_family
 from invokeai.backend.generation.preview import PREVIEW_MAX_SIZE, rgb_preview
-from invokeai.backend.models import sd1 as sd1_family
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -30,11 +30,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 @pytest.fixture(scope="session")
 def sd1_parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """demo-sd1, built once per session and loaded with load_component."""
-    from invokeai.backend.models.demo import SD1_NAME, build_demo_models
+    from invokeai.backend.models.demo import build_demo_models
     from invokeai.backend.models.loaders import components_of, load_component
     from invokeai.backend.models.probe import probe_model
 
-    (model,) = build_demo_models(tmp_path_factory.mktemp("generation-sd1"), names=(SD1_NAME,))
+    (model,) = build_demo_models(tmp_path_factory.mktemp("generation-sd1"), names=("demo-sd1",))
     probe = probe_model(model.path)
     return {name: load_component(probe, name) for name in components_of(probe)}
 
@@ -47,9 +47,9 @@ def parity_parts(request: pytest.FixtureRequest, sd1_parts: dict[str, Any]) -> d
         return sd1_parts
     from diffusers import PNDMScheduler
 
-    from invokeai.backend.models.config_variants import get_variant
+    from invokeai.backend.families import config_variant
 
-    pndm = PNDMScheduler.from_pretrained(get_variant("sd-1").path, subfolder="scheduler")
+    pndm = PNDMScheduler.from_pretrained(config_variant("sd-1").path, subfolder="scheduler")
     return {**sd1_parts, "scheduler": pndm}
 
 

@@ -22,7 +22,15 @@ import numpy as np
 import torch
 
 from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark, sdpa_window, step_benchmark
-from invokeai.backend.generation.krea2_attention import install_krea2_attention
+from invokeai.backend.families.krea2.attention import install_krea2_attention
+from invokeai.backend.families.krea2.constants import (
+    LATENT_SCALE,
+    PROMPT_PREFIX,
+    PROMPT_SUFFIX,
+    PROMPT_TOKENS,
+    TEMPLATE_PREFIX_TOKENS,
+    TEMPLATE_SUFFIX_TOKENS,
+)
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
 if TYPE_CHECKING:
@@ -48,19 +56,10 @@ def window_mode_from_env() -> str | None:
     return raw
 
 
-# The Qwen-Image chat template Krea-2 was trained with. The prompt is padded to a fixed length *inside* the
-# template, the assistant suffix follows the padding, and the system prefix is cut from the encoder output.
-PROMPT_PREFIX = (
-    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
-    "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n"
-)
-PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
-PREFIX_TOKENS = 34
-SUFFIX_TOKENS = 5
-MAX_SEQUENCE_LENGTH = 512
+MAX_SEQUENCE_LENGTH = PROMPT_TOKENS
 # Qwen3-VL-4B layers whose hidden states Krea-2 stacks (0 is the embedding output); a model folder may name others.
 SELECT_LAYERS: tuple[int, ...] = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)
-VAE_SCALE_FACTOR = 8  # the Qwen-Image VAE: three 2x spatial downsamplings
+VAE_SCALE_FACTOR = LATENT_SCALE
 DISTILLED_MU = 1.15
 
 
@@ -86,9 +85,9 @@ def _check_template(tokenizer: Any) -> None:
     # The prefix is cut by a fixed token count; a tokenizer that encodes it longer would cut the user's prompt away
     # and make every image ignore it, silently. Refuse that instead.
     length = len(tokenizer(PROMPT_PREFIX).input_ids)
-    if length != PREFIX_TOKENS:
+    if length != TEMPLATE_PREFIX_TOKENS:
         raise ValueError(
-            f"this tokenizer encodes the Krea-2 system prefix to {length} tokens, not {PREFIX_TOKENS}; "
+            f"this tokenizer encodes the Krea-2 system prefix to {length} tokens, not {TEMPLATE_PREFIX_TOKENS}; "
             "the prompt would be cut away"
         )
 
@@ -112,7 +111,7 @@ def encode_prompt(
         [PROMPT_PREFIX + prompt],
         truncation=True,
         padding="max_length",
-        max_length=max_sequence_length + PREFIX_TOKENS - SUFFIX_TOKENS,
+        max_length=max_sequence_length + TEMPLATE_PREFIX_TOKENS - TEMPLATE_SUFFIX_TOKENS,
         return_tensors="pt",
     )
     suffix = tokenizer([PROMPT_SUFFIX], return_tensors="pt")
@@ -125,7 +124,7 @@ def encode_prompt(
         input_ids=input_ids, attention_mask=mask, position_ids=positions, output_hidden_states=True
     ).hidden_states
     embeds = torch.stack([hidden[layer] for layer in select_layers], dim=2)
-    return embeds[:, PREFIX_TOKENS:], mask[:, PREFIX_TOKENS:]
+    return embeds[:, TEMPLATE_PREFIX_TOKENS:], mask[:, TEMPLATE_PREFIX_TOKENS:]
 
 
 def image_shift(image_tokens: int, scheduler_config: Mapping[str, Any]) -> float:

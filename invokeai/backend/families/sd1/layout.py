@@ -8,15 +8,11 @@ encoder's token and position embeddings, last layer, and the absence of a layer 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config_variants import ConfigVariant, Signature
-
-FAMILY = "sd-1"
-PIPELINE_CLASS = "StableDiffusionPipeline"
-COMPONENTS = ("text_encoder", "tokenizer", "unet", "vae", "scheduler")
-MODEL_COMPONENTS = ("text_encoder", "unet", "vae")
+from invokeai.backend.families.sd1.constants import NAME
+from invokeai.backend.models.config_variants import ConfigVariant, Signature
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
@@ -26,6 +22,16 @@ CHECKPOINT_PREFIXES = {"unet": UNET_PREFIX, "vae": VAE_PREFIX, "text_encoder": T
 SCHEDULER_NAMES = ("euler", "ddim", "dpmpp_2m")
 # OpenCLIP ViT-H's width: the text embeddings Stable Diffusion 2.x's UNet attends over (SD-1.5's CLIP ViT-L is 768).
 SD2_TEXT_WIDTH = 1024
+
+
+def folder_differences(configs: Mapping[str, dict[str, Any]]) -> list[str]:
+    """`pipeline_differences` of a folder's unet, scheduler and text_encoder configs."""
+    return pipeline_differences(configs["unet"], configs["scheduler"], configs["text_encoder"])
+
+
+def is_checkpoint(names: Iterable[str]) -> bool:
+    """Every component's original-layout prefix is present (the CLIP ViT-L text encoder under cond_stage_model)."""
+    return not missing_checkpoint_parts(names)
 
 
 def pipeline_differences(unet: dict[str, Any], scheduler: dict[str, Any], text_encoder: dict[str, Any]) -> list[str]:
@@ -101,7 +107,7 @@ def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
     """One of the family's samplers, on the model's own noise schedule (betas, offsets) from `base_config`."""
     from diffusers import DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
 
-    from .schedulers import new_scheduler
+    from invokeai.backend.models.schedulers import new_scheduler
 
     # Keys a scheduler does not know (e.g. PNDM's skip_prk_steps) are dropped by from_config.
     if name == "euler":
@@ -110,4 +116,4 @@ def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
         return new_scheduler(DDIMScheduler, base_config)
     if name == "dpmpp_2m":
         return new_scheduler(DPMSolverMultistepScheduler, base_config, algorithm_type="dpmsolver++", solver_order=2)
-    raise ValueError(f"unknown scheduler {name!r} for {FAMILY}; known: {', '.join(SCHEDULER_NAMES)}")
+    raise ValueError(f"unknown scheduler {name!r} for {NAME}; known: {', '.join(SCHEDULER_NAMES)}")

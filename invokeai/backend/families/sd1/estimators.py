@@ -63,10 +63,7 @@ from invokeai.backend.cache.estimate import (
     halve,
     per_block,
 )
-
-FAMILY = "sd-1"
-CLIP_TOKENS = 77  # SD pipelines pad every prompt to CLIP's full context
-LATENT_SCALE = 8  # the SD VAE's spatial factor: 2 ** (len(block_out_channels) - 1) with four blocks
+from invokeai.backend.families.sd1.constants import CLIP_TOKENS, LATENT_SCALE
 
 # Calibrated on CPU (see the module docstring); the walk, not these, carries the scaling with size and batch.
 ACTIVATION_FACTOR = {
@@ -418,8 +415,8 @@ def vae_encode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
 
 
 ESTIMATORS = {
-    (FAMILY, "text_encoder"): text_encoder,
-    (FAMILY, "unet"): unet,
-    (FAMILY, "vae_decode"): vae_decode,
-    (FAMILY, "vae_encode"): vae_encode,
+    "text_encoder": text_encoder,
+    "unet": unet,
+    "vae_decode": vae_decode,
+    "vae_encode": vae_encode,
 }

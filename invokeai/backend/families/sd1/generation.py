@@ -13,11 +13,12 @@ from typing import Any
 import torch
 from PIL import Image
 
+from invokeai.backend.families.sd1.constants import LATENT_SCALE
 from invokeai.backend.generation.preview import RgbProjection
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
 # Every SD-1 VAE downsamples by 8 (four blocks); the pipeline derives the same from the VAE config.
-VAE_SCALE_FACTOR = 8
+VAE_SCALE_FACTOR = LATENT_SCALE
 
 # Linear map from the four SD-1.x latent channels to RGB in about [-1, 1]: a published least-squares fit of decoded
 # pixels on latents. Good enough to see composition and colour in a step preview, at the cost of one matmul.

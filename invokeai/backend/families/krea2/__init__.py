@@ -1,0 +1,1 @@
+"""Krea-2: see `descriptor`."""

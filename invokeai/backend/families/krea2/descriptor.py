@@ -1,0 +1,79 @@
+"""Krea-2: diffusers folders, and transformers alone in GGUF paired with an installed pipeline's text encoder and
+VAE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from invokeai.backend.families.family import DemoModel, Family, FileRule
+from invokeai.backend.families.krea2 import demo, estimators, layout, runs
+from invokeai.backend.families.krea2.constants import CONSTANTS, NAME
+from invokeai.backend.models.config_variants import ConfigVariant
+from invokeai.backend.models.load_gguf import load_gguf_model
+
+CONFIGS = Path(__file__).parent / "configs"
+
+
+def _load_gguf(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    return load_gguf_model("Krea2Transformer2DModel", path, variant, component, dtype)
+
+
+FAMILY = Family(
+    name=NAME,
+    title="Krea-2",
+    pipeline_classes=("Krea2Pipeline",),
+    components=("text_encoder", "tokenizer", "transformer", "vae", "scheduler"),
+    module_components=("text_encoder", "transformer", "vae"),
+    constants=CONSTANTS,
+    operations={"text_encoder": "text_encoder", "transformer": "transformer", "vae_decode": "vae"},
+    estimators=estimators.ESTIMATORS,
+    runs=runs.RUNS,
+    scheduler_names=layout.SCHEDULER_NAMES,
+    make_scheduler=layout.make_scheduler,
+    node_module="invokeai.app.nodes.krea2",
+    config_variants=(
+        ConfigVariant(
+            "krea2",
+            NAME,
+            "Krea-2 transformer (28 blocks, hidden 6144), Qwen-Image VAE; no text encoder",
+            CONFIGS / "krea2",
+        ),
+        ConfigVariant("krea2-demo", NAME, "the tiny random-weight demo-krea2 architecture", CONFIGS / "krea2-demo"),
+    ),
+    files=(
+        FileRule(
+            container="gguf",
+            format="gguf",
+            type="transformer",
+            what="Krea-2 transformer",
+            components=("transformer",),
+            matches=layout.is_transformer,
+            signature=layout.transformer_signature,
+            load=_load_gguf,
+            canonical_name=layout.diffusers_name,
+        ),
+    ),
+    demos=(
+        DemoModel(
+            name="demo-krea2",
+            description="Random-weight Krea-2 pipeline (tiny Qwen3-VL text model, transformer, Qwen-Image VAE) for "
+            "exercising the pipeline; its images are noise.",
+            type="main",
+            format="diffusers",
+            filename="demo-krea2",
+            build=demo.build,
+        ),
+        DemoModel(
+            name="demo-krea2-gguf",
+            description="Random-weight Krea-2 transformer quantized to GGUF Q8_0, for exercising GGUF loading; its "
+            "images are noise.",
+            type="transformer",
+            format="gguf",
+            filename="demo-krea2-gguf.gguf",
+            build=demo.build_gguf,
+        ),
+    ),
+)

@@ -1,0 +1,62 @@
+"""Stable Diffusion 1.x (SD-1.5 and its fine-tunes): diffusers folders and original-layout single files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invokeai.backend.families.family import DemoModel, Family, FileRule
+from invokeai.backend.families.sd1 import demo, estimators, layout, load_checkpoint, runs
+from invokeai.backend.families.sd1.constants import CONSTANTS, NAME
+from invokeai.backend.models.config_variants import ConfigVariant
+
+CONFIGS = Path(__file__).parent / "configs"
+COMPONENTS = ("text_encoder", "tokenizer", "unet", "vae", "scheduler")
+
+FAMILY = Family(
+    name=NAME,
+    title="Stable Diffusion 1.x",
+    pipeline_classes=("StableDiffusionPipeline",),
+    components=COMPONENTS,
+    module_components=("text_encoder", "unet", "vae"),
+    constants=CONSTANTS,
+    operations={"text_encoder": "text_encoder", "unet": "unet", "vae_decode": "vae", "vae_encode": "vae"},
+    estimators=estimators.ESTIMATORS,
+    runs=runs.RUNS,
+    scheduler_names=layout.SCHEDULER_NAMES,
+    make_scheduler=layout.make_scheduler,
+    node_module="invokeai.app.nodes.sd1",
+    config_variants=(
+        ConfigVariant(
+            "sd-1",
+            NAME,
+            "Stable Diffusion 1.x (CLIP ViT-L/14, 860M UNet, f8 VAE) with the real CLIP tokenizer",
+            CONFIGS / "sd-1",
+        ),
+        ConfigVariant("sd-1-demo", NAME, "the tiny random-weight demo-sd1 architecture", CONFIGS / "sd-1-demo"),
+    ),
+    files=(
+        FileRule(
+            container="safetensors",
+            format="checkpoint",
+            type="main",
+            what="SD-1 checkpoint",
+            components=COMPONENTS,
+            matches=layout.is_checkpoint,
+            signature=layout.checkpoint_signature,
+            load=load_checkpoint.load_sd1_checkpoint_component,
+        ),
+    ),
+    demos=(
+        DemoModel(
+            name="demo-sd1",
+            description="Random-weight SD-1.5-style pipeline (tiny CLIP, UNet, VAE) for exercising the pipeline; "
+            "its images are noise.",
+            type="main",
+            format="diffusers",
+            filename="demo-sd1",
+            build=demo.build,
+        ),
+    ),
+    folder_check=layout.folder_differences,
+    checked_configs=("unet", "scheduler", "text_encoder"),
+)

@@ -1,0 +1,29 @@
+"""Single-file layouts of models this server does not run (yet), recognised by tensor names only, so that a refusal
+can say what a file looks like rather than only that no family's layout fits it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+UNSUPPORTED_LAYOUTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "an SDXL checkpoint (a second, OpenCLIP-G text encoder under conditioner.embedders.1)",
+        ("conditioner.embedders.1.",),
+    ),
+    (
+        "a FLUX.1 transformer (double_blocks / single_blocks)",
+        ("double_blocks.", "model.diffusion_model.double_blocks."),
+    ),
+    (
+        "a Stable Diffusion 2.x checkpoint (an OpenCLIP text encoder under cond_stage_model.model)",
+        ("cond_stage_model.model.",),
+    ),
+)
+
+
+def unsupported_layout(names: Iterable[str]) -> str | None:
+    names = list(names)
+    for description, prefixes in UNSUPPORTED_LAYOUTS:
+        if any(name.startswith(prefixes) for name in names):
+            return description
+    return None

@@ -1,0 +1,133 @@
+"""The family registry holds: every descriptor is consistent with itself, and the generic modules name no family
+(they iterate the registry), so a new family is its folder, its node module and one line in registry.py."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from invokeai.backend.families import FAMILIES, Family, config_variant, family_for_pipeline, get_family
+
+REPO = Path(__file__).resolve().parents[3]
+# Generic code: what probes, loads, records, installs, estimates, caches and runs models for every family.
+GENERIC = [
+    *sorted((REPO / "invokeai/backend/models").rglob("*.py")),
+    *sorted((REPO / "invokeai/backend/cache").rglob("*.py")),
+    *sorted((REPO / "invokeai/backend/generation").rglob("*.py")),
+    *sorted((REPO / "invokeai/app/services").rglob("*.py")),
+    REPO / "invokeai/app/nodes/__init__.py",
+    REPO / "invokeai/app/nodes/model_use.py",
+    REPO / "invokeai/app/nodes/model_fields.py",
+    REPO / "invokeai/backend/families/family.py",
+]
+
+
+def _family_words() -> re.Pattern[str]:
+    """Every registered family's name and its folder's name, as words (sd-1, sd1, sd_1 ...)."""
+    words = set()
+    for family in FAMILIES:
+        for name in (family.name, family.node_module.rsplit(".", 1)[-1]):
+            words.add(re.escape(name).replace("\\-", "[-_]?").replace("_", "[-_]?"))
+    words |= {"sdxl", "flux", "krea[-_]?2", "sd[-_]?1"}  # the families this server is built for, registered or not
+    return re.compile(r"(?<![a-z0-9])(" + "|".join(sorted(words)) + r")(?![0-9])", re.I)
+
+
+def mentions(path: Path, pattern: re.Pattern[str]) -> list[str]:
+    """Family names in code: identifiers, attributes, imports, arguments and string literals (not docstrings or
+    comments, which may say which families a generic rule was written for)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        texts: list[str] = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            texts.append(node.value)
+        elif isinstance(node, ast.Name):
+            texts.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            texts.append(node.attr)
+        elif isinstance(node, ast.alias):
+            texts += [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            texts.append(node.module or "")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            texts.append(node.name)
+        elif isinstance(node, ast.arg):
+            texts.append(node.arg)
+        elif isinstance(node, ast.keyword):
+            texts.append(node.arg or "")
+        found += [
+            f"{path.name}:{getattr(node, 'lineno', '?')} {text!r}"
+            for text in texts
+            if pattern.search(text)
+        ]
+    return found
+
+
+def test_generic_modules_name_no_family() -> None:
+    pattern = _family_words()
+    assert len(GENERIC) > 30
+    hits = [hit for path in GENERIC for hit in mentions(path, pattern)]
+    assert hits == []
+
+
+def test_the_scan_finds_a_family_name_where_one_is_written(tmp_path: Path) -> None:
+    # The scan must be able to fail: each way a name can be written in code is caught, a docstring is not.
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""Written for sd-1 and krea2."""\n'
+        "from invokeai.backend.families.sd1 import layout\n"
+        "import invokeai.backend.families.krea2 as k\n"
+        'TABLE = {"sd-1": 1}\n'
+        "def load_flux(sdxl_config): return layout.FLUX\n"
+        "call(krea2=1)\n"
+    )
+    hits = mentions(sample, _family_words())
+    lines = sorted({int(hit.split(":")[1].split()[0]) for hit in hits})
+    assert lines == [2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_a_descriptor_is_consistent(family: Family) -> None:
+    assert get_family(family.name) is family
+    assert set(family.module_components) <= set(family.components)
+    # Every operation runs a module; every module has an operation, an estimator and a calibration run for it.
+    assert set(family.operations.values()) == set(family.module_components)
+    assert set(family.estimators) == set(family.operations) == set(family.runs)
+    for pipeline in family.pipeline_classes:
+        assert family_for_pipeline(pipeline) is family
+    for variant in family.config_variants:
+        assert variant.family == family.name and config_variant(variant.name) is variant
+        assert (variant.path / "model_index.json").is_file() or any(variant.path.iterdir()), variant.path
+    for rule in family.files:
+        assert set(rule.components) <= set(family.components) and rule.container in ("safetensors", "gguf")
+        assert family.config_variants, f"{family.name}: a single file needs a shipped config"
+    assert family.scheduler_names and family.constants.size_multiple % family.constants.latent_scale == 0
+    nodes = importlib.import_module(family.node_module)
+    assert nodes.__name__.startswith("invokeai.app.nodes.")
+
+
+def test_names_are_unique_across_families() -> None:
+    names = [family.name for family in FAMILIES]
+    variants = [variant.name for family in FAMILIES for variant in family.config_variants]
+    demos = [demo.name for family in FAMILIES for demo in family.demos]
+    pipelines = [name for family in FAMILIES for name in family.pipeline_classes]
+    for listed in (names, variants, demos, pipelines):
+        assert len(listed) == len(set(listed)), listed
+
+
+def test_an_unknown_family_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="no model family 'sd-3'; known: " + ", ".join(f.name for f in FAMILIES)):
+        get_family("sd-3")
+    assert family_for_pipeline("StableDiffusion3Pipeline") is None
