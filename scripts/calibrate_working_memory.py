@@ -53,9 +53,9 @@ from invokeai.backend.cache.component_runs import component_run
 from invokeai.backend.cache.working_memory import ESTIMATORS, CallFacts, model_component
 from invokeai.backend.devices import DTYPES
 
-DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2"}
+DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2", "flux": "demo-flux"}
 FULL_SIZE_FOLDER = "full-size-sd1"
-TEXT_COMPONENTS = ("text_encoder",)  # no resolution: one row each
+TEXT_COMPONENTS = ("text_encoder", "text_encoder_2")  # no resolution: one row each
 M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
 MAX_BATCH = 64
 
@@ -156,7 +156,7 @@ def _in_child(function: Any, *args: Any) -> Any:
 def _build_demos(root: Path) -> list[str]:
     from invokeai.backend.models.demo import build_demo_models
 
-    return [model.name for model in build_demo_models(root, ("demo-sd1", "demo-krea2"))]
+    return [model.name for model in build_demo_models(root, tuple(DEMO_FOLDERS.values()))]
 
 
 def _build_full_size_sd1(root: Path) -> list[str]:

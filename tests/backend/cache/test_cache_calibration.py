@@ -41,6 +41,11 @@ def test_estimates_bound_the_measured_cpu_peak_within_30_percent() -> None:
         ("krea2", "text_encoder"),
         ("krea2", "transformer"),
         ("krea2", "vae_decode"),
+        ("flux", "text_encoder"),
+        ("flux", "text_encoder_2"),
+        ("flux", "transformer"),
+        ("flux", "vae_decode"),
+        ("flux", "vae_encode"),
     }
     for row in rows:
         estimate, measured = float(row[5]), float(row[6])

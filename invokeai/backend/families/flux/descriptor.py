@@ -24,10 +24,10 @@ SCHEDULER_NAMES = ("euler",)
 
 CONFIG_VARIANTS = (
     ConfigVariant(
-        "flux-dev",
+        "flux",
         NAME,
         "FLUX.1 [dev] transformer (19 double + 38 single blocks, hidden 3072, guidance embedding)",
-        CONFIGS / "flux-dev",
+        CONFIGS / "flux",
     ),
     ConfigVariant(
         "flux-schnell",
@@ -89,7 +89,7 @@ FILES = (
         container="safetensors",
         format="checkpoint",
         type="transformer",
-        what="a FLUX.1 transformer in Black Forest Labs names",
+        what="FLUX.1 transformer",
         components=("transformer",),
         matches=_matches,
         signature=layout.transformer_signature,
@@ -100,7 +100,7 @@ FILES = (
         container="gguf",
         format="gguf",
         type="transformer",
-        what="a GGUF FLUX.1 transformer",
+        what="FLUX.1 transformer",
         components=("transformer",),
         matches=_matches,
         signature=layout.transformer_signature,

@@ -17,21 +17,22 @@ N; D, I: T5 width and feed-forward width; L: T5 tokens; h: T5 heads):
   bucket indices (2 L^2 x 8), plus per token
   B x L x max(attention: residual D, fp32 RMSNorm D, norm output D, q, k, v and output (4 h d_kv), o_proj D;
   gated feed-forward: residual, fp32 norm, norm output, wi_0 and wi_1 outputs, GELU (tanh) temporaries and their
-  product, 6 I) and the relative-position buckets (a few int64 L^2 temporaries, before the first layer). x FACTOR.
+  product, 6 I). x ACTIVATION_FACTOR, as every term.
 - transformer: B x S x max(attention: both streams' residuals, norm output, q, k, v and their joint copy, fp32
   rotary temporaries for q and k, output; feed-forward: residual, norm output, the 4 W projection and its GELU,
-  output) per token. x FACTOR.
-- VAE decode and encode: SD-1's walk (invokeai/backend/families/sd1/estimators.py), x FACTOR.
+  output) per token.
+- VAE decode and encode: SD-1's walk (invokeai/backend/families/sd1/estimators.py).
 The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU for demo-flux
-(peak live bytes, fp32, batches raised to 8 MiB), so that the estimate lies between 1.0 and 1.3 times the
-measurement. Measured at real width (hidden 3072, 24 heads of 128, MLP 12288; 2 double + 2 single blocks, random
-weights, fp32, CPU), the transformer estimate is RATIO_256 of the measured peak at 256 px and RATIO_512 at 512 px.
-On CUDA the same formulas apply, unverified there until the script is run on a GPU.
+(peak live bytes, fp32, batches raised to 8 MiB): estimate / measured at 64 and 128 px was 1.12 (CLIP), 1.11 (T5),
+1.05-1.08 (transformer), 1.09 (decode) and 1.05 (encode). At real width the transformer was measured too: hidden
+3072, 24 heads of 128, MLP 12288, joint width 4096, 2 double and 2 single blocks with random weights built on the
+fly (fp32, CPU, batch 1, 512 T5 tokens): the structural bytes were 0.928 of the measured peak at 256 px (126 MiB
+against 135.7) and at 512 px (252 against 271.5), so x 1.15 gives 1.07 at both. On CUDA the same formulas apply,
+unverified there until the script is run on a GPU.
 """
 
 from __future__ import annotations
 
-from invokeai.backend.cache import estimators_sd1 as sd1
 from invokeai.backend.cache.estimate import (
     AttentionCall,
     CallFacts,
@@ -41,10 +42,11 @@ from invokeai.backend.cache.estimate import (
     fp32_bytes,
 )
 from invokeai.backend.families.flux.constants import LATENT_SCALE, PATCH, T5_TOKENS_DEV
+from invokeai.backend.families.sd1 import estimators as sd1
 
 ACTIVATION_FACTOR = {
-    "text_encoder_2": 1.0,
-    "transformer": 1.1,
+    "text_encoder_2": 1.08,
+    "transformer": 1.15,
     "vae_decode": 1.0,
     "vae_encode": 1.0,
 }

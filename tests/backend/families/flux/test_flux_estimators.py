@@ -86,7 +86,7 @@ def config_of(variant: str, operation: str) -> dict:
 
 
 def test_flux_dev_at_1024_attends_jointly_over_text_and_image_tokens() -> None:
-    memory = estimators.transformer(config_of("flux-dev", "transformer"), CallFacts(CPU, torch.bfloat16, 1024, 1024))
+    memory = estimators.transformer(config_of("flux", "transformer"), CallFacts(CPU, torch.bfloat16, 1024, 1024))
     (call,) = memory.attention_calls
     assert (call.num_heads, call.query_len, call.key_len, call.head_dim) == (24, 4096 + 512, 4608, 128)
     assert call.count == 19 + 38
@@ -100,7 +100,7 @@ def test_the_reviewers_case_math_materialises_about_8_gib_per_call_on_cuda() -> 
     """24 heads x 4608² x 17 bytes (bf16 scores, their fp32 softmax and the mask) is 8.1 GiB per call on CUDA,
     plus math's copies of its operands (a few MiB). No CUDA device here: the pricing of a call the dispatcher
     cannot probe is math's, the conservative answer, which is what a pinned `math` reserves there."""
-    memory = estimators.transformer(config_of("flux-dev", "transformer"), CallFacts(CPU, torch.bfloat16, 1024, 1024))
+    memory = estimators.transformer(config_of("flux", "transformer"), CallFacts(CPU, torch.bfloat16, 1024, 1024))
     scores = 24 * 4608**2 * 17
     assert 8.0 * 2**30 < scores < 8.2 * 2**30
     priced = memory.score_matrix_bytes("cuda", torch.bfloat16)
@@ -115,7 +115,7 @@ def test_pinning_math_adds_the_largest_score_matrix_and_a_fused_kernel_nothing(
     from invokeai.backend.attention.memory import PricedCall
 
     facts = CallFacts(CPU, torch.bfloat16, 1024, 1024)
-    config = config_of("flux-dev", "transformer")
+    config = config_of("flux", "transformer")
     dispatcher("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
     install_attention("auto", CPU)
     fused = estimators.transformer(config, facts)
@@ -139,7 +139,7 @@ def test_pinning_math_adds_the_largest_score_matrix_and_a_fused_kernel_nothing(
 
 @pytest.mark.parametrize("operation", sorted(estimators.ESTIMATORS))
 def test_activation_grows_with_batch_and_resolution(operation: str) -> None:
-    config = config_of("flux-dev", operation)
+    config = config_of("flux", operation)
 
     def at(size: int, batch: int = 1) -> int:
         facts = CallFacts(torch.device("cuda"), torch.bfloat16, width=size, height=size, batch=batch)
@@ -151,7 +151,7 @@ def test_activation_grows_with_batch_and_resolution(operation: str) -> None:
 
 
 def test_the_t5_estimate_follows_the_sequence_length() -> None:
-    config = config_of("flux-dev", "text_encoder_2")
+    config = config_of("flux", "text_encoder_2")
     dev = estimators.text_encoder_2(config, CallFacts(CPU, torch.bfloat16, prompt_tokens=512))
     schnell = estimators.text_encoder_2(config, CallFacts(CPU, torch.bfloat16, prompt_tokens=256))
     assert dev.activation_bytes > 2 * schnell.activation_bytes

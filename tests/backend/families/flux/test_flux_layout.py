@@ -111,11 +111,11 @@ def shapes_of(model: Any) -> dict[str, tuple[int, ...]]:
 def test_the_demo_transformer_matches_the_demo_config_only(transformer: Any) -> None:
     shapes = shapes_of(transformer)
     assert signature_mismatch(layout.transformer_signature(VARIANTS["flux-demo"]), shapes) is None
-    for name in ("flux-dev", "flux-schnell"):
+    for name in ("flux", "flux-schnell"):
         assert signature_mismatch(layout.transformer_signature(VARIANTS[name]), shapes) is not None
 
 
-@pytest.mark.parametrize(("variant", "other"), [("flux-dev", "flux-schnell"), ("flux-schnell", "flux-dev")])
+@pytest.mark.parametrize(("variant", "other"), [("flux", "flux-schnell"), ("flux-schnell", "flux")])
 def test_dev_and_schnell_files_are_told_apart_by_the_guidance_embedder(variant: str, other: str) -> None:
     """The shapes of a full-size file, from the shipped config on the meta device (no weights)."""
     from accelerate import init_empty_weights
