@@ -52,7 +52,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = root / "server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(Path(sys.executable).with_name("invokeai-web")), "--root", str(root / "invokeai"), "--port", str(port)],
+            [
+                str(Path(sys.executable).with_name("invokeai-web")),
+                "--root",
+                str(root / "invokeai"),
+                "--port",
+                f"{port}",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

@@ -171,7 +171,8 @@ def test_refusals_of_gguf(demo_build: DemoBuild, tmp_path: Path) -> None:
     writer.write_tensors_to_file()
     writer.close()
     _refused(
-        other, "in no single-file layout this server runs as GGUF \\(Krea-2 transformer, .*\\); found architecture 'llama'"
+        other,
+        "in no single-file layout this server runs as GGUF \\(Krea-2 transformer.*\\); found architecture 'llama'",
     )
 
 
