@@ -178,7 +178,7 @@ def _pipeline(case: Case, path: Path, device: Any, dtype: Any) -> Any:
     if case.family == "sd":
         from diffusers import StableDiffusionPipeline
 
-        from invokeai.backend.families.sd1 import layout as sd1_family
+        from invokeai.backend.families.sd1.descriptor import FAMILY as sd1_family
 
         scheduler = sd1_family.make_scheduler(
             case.body["batch"]["graph"]["nodes"]["denoise"]["scheduler"], dict(parts["scheduler"].config)

@@ -43,7 +43,7 @@ from invokeai.backend.families.krea2 import generation as krea2
 from invokeai.backend.families.krea2.attention import install_krea2_attention
 from invokeai.backend.families.krea2.demo import KREA2_TRANSFORMER
 from invokeai.backend.families.krea2.generation import WINDOW_ENV
-from invokeai.backend.families.krea2.layout import make_scheduler
+from invokeai.backend.families.krea2.scheduler import make_scheduler
 
 MODES: tuple[str | None, ...] = (None, "efficient", "cudnn", "flash", "priority-cudnn")
 REFERENCE_MODE = "efficient"

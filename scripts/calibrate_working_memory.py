@@ -5,13 +5,15 @@ loads the component, and runs one forward pass (text encoder on a padded prompt;
 with the family's guidance batch; VAE decode/encode) at each size, printing the estimate, the measured peak and their
 ratio, with a fingerprint (device, torch version, dtype, attention_backend). It asserts nothing.
 
---full-size measures a full-size SD-1.5 instead: the shipped configuration (invokeai/backend/models/configs/sd-1)
-built with the real diffusers/transformers classes, randomly initialised and saved as fp16 safetensors (about 2 GB)
-in the temporary folder, then loaded like any installed model. It defaults to 256 and 512 px and one repeat (the
-whole float32 run takes about four minutes on one CPU thread; the batch stays 1, every estimate but the text
-encoder's being above --min-mib): the demo models' weights and layers are too small to show what dominates at full
-size, such as the copy oneDNN makes of a 2560-channel convolution's weight on every call. --components limits
-either run to some components.
+--full-size [FAMILY] measures a full-size model of the family (SD-1.5 by default) instead: its shipped configuration
+(the family's first non-demo config variant, or --variant) built with the real diffusers/transformers classes,
+randomly initialised and saved as fp16 safetensors (about 2 GB for SD-1.5) in the temporary folder, then loaded like
+any installed model; only the measured components get weights, and --override changes config values first (a
+transformer of real width with a few blocks: --override num_layers=2,num_single_layers=2). It defaults to 256 and
+512 px and one repeat (the whole float32 SD-1.5 run takes about four minutes on one CPU thread; the batch stays 1,
+every estimate but the text encoder's being above --min-mib): the demo models' weights and layers are too small to
+show what dominates at full size, such as the copy oneDNN makes of a 2560-channel convolution's weight on every
+call. --components limits either run to some components.
 
 How the peak is measured:
 - CPU (Linux): each component runs in a forked child of a parent that has run no torch op. The child loads the
@@ -25,7 +27,8 @@ How the peak is measured:
 - CUDA: in this process; torch.cuda.max_memory_allocated over the pass minus memory_allocated before it.
 
 Usage: PYTHONPATH=. python scripts/calibrate_working_memory.py [--device cpu|cuda] [--dtype float32|float16|bfloat16]
-       [--sizes 64,128,256] [--repeats 5] [--attention-backend auto] [--min-mib 8 | --batch N] [--full-size]
+       [--sizes 64,128,256] [--repeats 5] [--attention-backend auto] [--min-mib 8 | --batch N]
+       [--full-size [FAMILY] [--variant NAME] [--override key=value,...]]
        [--components unet,vae_decode,vae_encode,text_encoder,transformer]
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import json
 import math
 import os
 import platform
@@ -53,8 +57,7 @@ from invokeai.backend.cache.component_runs import component_run
 from invokeai.backend.cache.working_memory import ESTIMATORS, CallFacts, model_component
 from invokeai.backend.devices import DTYPES
 
-DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2", "flux": "demo-flux"}
-FULL_SIZE_FOLDER = "full-size-sd1"
+FULL_SIZE_FOLDER = "full-size"
 TEXT_COMPONENTS = ("text_encoder", "text_encoder_2")  # no resolution: one row each
 M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
 MAX_BATCH = 64
@@ -120,13 +123,13 @@ def _batch_for(estimator: Any, config: Any, args: argparse.Namespace, size: int)
 
 def measure_component(family: str, component: str, demo_root: Path, args: argparse.Namespace) -> list[Row]:
     """Load one component and measure it at every size (runs in a child on CPU)."""
-    from invokeai.backend.models.loaders import load_component
-    from invokeai.backend.models.probe import probe_model
+    from invokeai.backend.models.load_diffusers import load_diffusers_component
 
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     install_attention(args.attention_backend, device)
-    folder = demo_root / (FULL_SIZE_FOLDER if args.full_size else DEMO_FOLDERS[family])
-    model = load_component(probe_model(folder), model_component(family, component), device=device, dtype=dtype)
+    folder = demo_root / _folder(family, args)
+    # Straight from the folder: a full-size build has weights only for the components measured.
+    model = load_diffusers_component(folder, model_component(family, component), dtype).to(device).eval()
     model_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     estimator = ESTIMATORS[(family, component)]
     libc = ctypes.CDLL("libc.so.6") if device.type == "cpu" else None
@@ -153,30 +156,55 @@ def _in_child(function: Any, *args: Any) -> Any:
     )
 
 
-def _build_demos(root: Path) -> list[str]:
+def _demo_folder(family: str) -> str:
+    """The family's first demo model that is a whole diffusers pipeline: every component to measure."""
+    from invokeai.backend.families import get_family
+
+    return next(demo.filename for demo in get_family(family).demos if demo.format == "diffusers")
+
+
+def _folder(family: str, args: argparse.Namespace) -> str:
+    return FULL_SIZE_FOLDER if args.full_size else _demo_folder(family)
+
+
+def _build_demos(root: Path, families: list[str]) -> list[str]:
+    from invokeai.backend.families import get_family
     from invokeai.backend.models.demo import build_demo_models
 
-    return [model.name for model in build_demo_models(root, tuple(DEMO_FOLDERS.values()))]
+    names = tuple(d.name for f in families for d in get_family(f).demos if d.filename == _demo_folder(f))
+    return [model.name for model in build_demo_models(root, names)]
 
 
-def _build_full_size_sd1(root: Path) -> list[str]:
-    """The shipped SD-1.5 configuration with random fp16 weights, as an installable pipeline folder."""
+def _full_size_variant(args: argparse.Namespace) -> Any:
+    from invokeai.backend.families import config_variant, get_family
+
+    if args.variant:
+        return config_variant(args.variant)
+    return next(v for v in get_family(args.full_size).config_variants if not v.name.endswith("-demo"))
+
+
+def _build_full_size(root: Path, components: list[str], args: argparse.Namespace) -> list[str]:
+    """The family's shipped configuration with random fp16 weights, as an installable pipeline folder; only the
+    `components` measured get weights (the others keep their configs), each config first updated with --override
+    (e.g. a transformer of real width with fewer blocks)."""
     import shutil
 
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    from invokeai.backend.models.config_variants import CONFIGS_ROOT
+    from invokeai.backend.models.load_diffusers import component_class
 
     folder = root / FULL_SIZE_FOLDER
-    shutil.copytree(CONFIGS_ROOT / "sd-1", folder)
+    shutil.copytree(_full_size_variant(args).path, folder)
     torch.manual_seed(0)
-    for name, build in (
-        ("unet", lambda path: UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(path))),
-        ("vae", lambda path: AutoencoderKL.from_config(AutoencoderKL.load_config(path))),
-        ("text_encoder", lambda path: CLIPTextModel(CLIPTextConfig.from_pretrained(path))),
-    ):
-        model = build(folder / name).half()  # not .to(dtype): diffusers warns about fp32-kept modules there
+    for name in components:
+        cls = component_class(folder, name)
+        if cls.__module__.startswith("diffusers"):
+            config = {**cls.load_config(folder / name), **args.override}
+            model = cls.from_config(config)
+        else:
+            config = cls.config_class.from_pretrained(folder / name)
+            for key, value in args.override.items():
+                setattr(config, key, value)
+            model = cls(config)
+        model = model.half()  # not .to(dtype): diffusers warns about fp32-kept modules there
         model.save_pretrained(folder / name, safe_serialization=True)
         del model
     return [FULL_SIZE_FOLDER]
@@ -185,12 +213,15 @@ def _build_full_size_sd1(root: Path) -> list[str]:
 def _import_component_classes(root: Path, components: list[tuple[str, str]], args: argparse.Namespace) -> None:
     """Import every model class the measured folders name, once, before the children fork: each child then starts
     from loaded modules instead of spending seconds importing diffusers and transformers."""
+    import diffusers
+
     from invokeai.backend.models.load_diffusers import component_class
 
     for family, component in components:
-        folder = FULL_SIZE_FOLDER if args.full_size else DEMO_FOLDERS[family]
-        component_class(root / folder, model_component(family, component))
-    from diffusers import Krea2Pipeline  # noqa: F401  (component_runs takes its position ids from it)
+        component_class(root / _folder(family, args), model_component(family, component))
+        # The pipeline class too: some runs take helpers from it (Krea-2's position ids).
+        index = json.loads((root / _folder(family, args) / "model_index.json").read_text(encoding="utf-8"))
+        getattr(diffusers, index["_class_name"])
 
 
 def _measure_as_dicts(family: str, component: str, root: str, args: argparse.Namespace) -> list[dict]:
@@ -236,9 +267,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-mib", default=None, type=float, help="CPU default 8, CUDA default 0 (batch 1)")
     parser.add_argument(
         "--full-size",
-        action="store_true",
-        help="a full-size SD-1.5 (shipped config, random fp16 weights, ~2 GB in the temporary folder) instead of the "
-        "demo models; sizes default to 256,512",
+        nargs="?",
+        const="sd-1",
+        default=None,
+        metavar="FAMILY",
+        help="a full-size model of FAMILY (default sd-1: its shipped config, random fp16 weights, ~2 GB for SD-1.5, "
+        "in the temporary folder) instead of the demo models; sizes default to 256,512",
+    )
+    parser.add_argument("--variant", default=None, help="with --full-size: the shipped config to build")
+    parser.add_argument(
+        "--override",
+        default={},
+        type=lambda text: {k: json.loads(v) for k, v in (item.split("=", 1) for item in text.split(","))},
+        help='with --full-size: config values to change, e.g. "num_layers=2,num_single_layers=2"',
     )
     parser.add_argument(
         "--components",
@@ -272,13 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     components = [
         (family, component)
         for family, component in ESTIMATORS
-        if (family == "sd-1" or not args.full_size) and (args.components is None or component in args.components)
+        if args.full_size in (None, family) and (args.components is None or component in args.components)
     ]
-    build = _build_full_size_sd1 if args.full_size else _build_demos
+    if not components:
+        print(f"nothing to measure: no estimator of {args.full_size or 'any family'} among {args.components}")
+        return 2
+    families = sorted({family for family, _ in components})
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="calibrate-wm-") as tmp:
+        if args.full_size:
+            modules = sorted({model_component(family, component) for family, component in components})
+            build, build_args = _build_full_size, (Path(tmp), modules, args)
+        else:
+            build, build_args = _build_demos, (Path(tmp), families)
         # The build runs torch ops; in a child, so the parent forks measurement children with no thread pool.
-        _in_child(build, Path(tmp)) if cpu else build(Path(tmp))
+        _in_child(build, *build_args) if cpu else build(*build_args)
         _import_component_classes(Path(tmp), components, args)
         for family, component in components:
             if cpu:

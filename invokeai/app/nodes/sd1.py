@@ -24,6 +24,7 @@ from invokeai.app.nodes.model_fields import (
 from invokeai.app.nodes.model_use import TensorKind, decode_latents, family_model, latents_output, step_reporter
 from invokeai.backend.families.sd1.constants import LATENT_SCALE, NAME
 from invokeai.backend.families.sd1.descriptor import FAMILY as SD1
+from invokeai.backend.families.sd_schedulers import SDSchedulerName
 
 FAMILY = NAME
 
@@ -70,7 +71,7 @@ class SDDenoiseInvocation(BaseInvocation):
     height: int = InputField(default=512, ge=LATENT_SCALE, le=MAX_DIMENSION, description="The height, a multiple of 8")
     steps: int = InputField(default=30, ge=1, le=1000, description="The number of denoising steps")
     cfg_scale: float = InputField(default=7.5, ge=1.0, le=100.0, description="Classifier-free guidance; 1 turns it off")
-    scheduler: Literal["euler", "ddim", "dpmpp_2m"] = InputField(default="euler", description="The sampler")
+    scheduler: SDSchedulerName = InputField(default="euler", description="The sampler (docs/api.md, Schedulers)")
     seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
 
     @field_validator("width", "height")

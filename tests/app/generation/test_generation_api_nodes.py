@@ -33,7 +33,7 @@ from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 from invokeai.backend.families import get_family
-from invokeai.backend.families.sd1 import layout as sd1_family
+from invokeai.backend.families.sd1.descriptor import FAMILY as sd1_family
 from invokeai.backend.models.loaders import architecture, components_of, load_component
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -462,7 +462,7 @@ def test_model_fields_take_a_key_or_a_name_but_not_both() -> None:
 
 def test_sd_denoise_offers_the_families_samplers() -> None:
     annotation = SDDenoiseInvocation.model_fields["scheduler"].annotation
-    assert get_args(annotation) == sd1_family.SCHEDULER_NAMES
+    assert get_args(annotation) == sd1_family.scheduler_names
 
 
 # --- what an item leaves behind ---------------------------------------------------------------------------------

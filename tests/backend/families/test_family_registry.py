@@ -67,11 +67,7 @@ def mentions(path: Path, pattern: re.Pattern[str]) -> list[str]:
             texts.append(node.arg)
         elif isinstance(node, ast.keyword):
             texts.append(node.arg or "")
-        found += [
-            f"{path.name}:{getattr(node, 'lineno', '?')} {text!r}"
-            for text in texts
-            if pattern.search(text)
-        ]
+        found += [f"{path.name}:{getattr(node, 'lineno', '?')} {text!r}" for text in texts if pattern.search(text)]
     return found
 
 

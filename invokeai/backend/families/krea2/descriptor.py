@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from invokeai.backend.families.family import DemoModel, Family, FileRule
-from invokeai.backend.families.krea2 import demo, estimators, layout, runs
+from invokeai.backend.families.krea2 import demo, estimators, layout, runs, scheduler
 from invokeai.backend.families.krea2.constants import CONSTANTS, NAME
 from invokeai.backend.models.config_variants import ConfigVariant
 from invokeai.backend.models.load_gguf import load_gguf_model
@@ -31,8 +31,8 @@ FAMILY = Family(
     operations={"text_encoder": "text_encoder", "transformer": "transformer", "vae_decode": "vae"},
     estimators=estimators.ESTIMATORS,
     runs=runs.RUNS,
-    scheduler_names=layout.SCHEDULER_NAMES,
-    make_scheduler=layout.make_scheduler,
+    scheduler_names=scheduler.SCHEDULER_NAMES,
+    make_scheduler=scheduler.make_scheduler,
     node_module="invokeai.app.nodes.krea2",
     config_variants=(
         ConfigVariant(

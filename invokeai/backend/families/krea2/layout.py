@@ -10,12 +10,8 @@ MLP width (first block), and the block count (last block present, the next absen
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from invokeai.backend.families.krea2.constants import NAME
 from invokeai.backend.models.config_variants import ConfigVariant, Signature
-
-SCHEDULER_NAMES = ("euler",)
 
 _ORIGINAL_PREFIX = "model.diffusion_model."
 # Original name -> diffusers name: whole leading segments, then pieces inside blocks.
@@ -83,14 +79,3 @@ def transformer_signature(variant: ConfigVariant) -> Signature:
         f"transformer_blocks.{layers - 1}.attn.to_q.weight": (hidden, hidden),
         f"transformer_blocks.{layers}.attn.to_q.weight": None,
     }
-
-
-def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
-    """Krea-2 samples with flow-matching Euler and the resolution-dependent (dynamic) shift of its config."""
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    from invokeai.backend.models.schedulers import new_scheduler
-
-    if name not in SCHEDULER_NAMES:
-        raise ValueError(f"unknown scheduler {name!r} for {NAME}; known: euler")
-    return new_scheduler(FlowMatchEulerDiscreteScheduler, base_config)

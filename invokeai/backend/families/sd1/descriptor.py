@@ -7,6 +7,7 @@ from pathlib import Path
 from invokeai.backend.families.family import DemoModel, Family, FileRule
 from invokeai.backend.families.sd1 import demo, estimators, layout, load_checkpoint, runs
 from invokeai.backend.families.sd1.constants import CONSTANTS, NAME
+from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
 from invokeai.backend.models.config_variants import ConfigVariant
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -22,8 +23,8 @@ FAMILY = Family(
     operations={"text_encoder": "text_encoder", "unet": "unet", "vae_decode": "vae", "vae_encode": "vae"},
     estimators=estimators.ESTIMATORS,
     runs=runs.RUNS,
-    scheduler_names=layout.SCHEDULER_NAMES,
-    make_scheduler=layout.make_scheduler,
+    scheduler_names=SD_SCHEDULER_NAMES,
+    make_scheduler=make_sd_scheduler,
     node_module="invokeai.app.nodes.sd1",
     config_variants=(
         ConfigVariant(

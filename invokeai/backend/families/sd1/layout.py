@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from invokeai.backend.families.sd1.constants import NAME
 from invokeai.backend.models.config_variants import ConfigVariant, Signature
 
 UNET_PREFIX = "model.diffusion_model."
@@ -19,7 +18,6 @@ VAE_PREFIX = "first_stage_model."
 TEXT_PREFIX = "cond_stage_model.transformer.text_model."
 CHECKPOINT_PREFIXES = {"unet": UNET_PREFIX, "vae": VAE_PREFIX, "text_encoder": TEXT_PREFIX}
 
-SCHEDULER_NAMES = ("euler", "ddim", "dpmpp_2m")
 # OpenCLIP ViT-H's width: the text embeddings Stable Diffusion 2.x's UNet attends over (SD-1.5's CLIP ViT-L is 768).
 SD2_TEXT_WIDTH = 1024
 
@@ -101,19 +99,3 @@ def checkpoint_signature(variant: ConfigVariant) -> Signature:
         f"{t}encoder.layers.{layers - 1}.mlp.fc1.weight": (text["intermediate_size"], hidden),
         f"{t}encoder.layers.{layers}.mlp.fc1.weight": None,
     }
-
-
-def make_scheduler(name: str, base_config: dict[str, Any]) -> Any:
-    """One of the family's samplers, on the model's own noise schedule (betas, offsets) from `base_config`."""
-    from diffusers import DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
-
-    from invokeai.backend.models.schedulers import new_scheduler
-
-    # Keys a scheduler does not know (e.g. PNDM's skip_prk_steps) are dropped by from_config.
-    if name == "euler":
-        return new_scheduler(EulerDiscreteScheduler, base_config)
-    if name == "ddim":
-        return new_scheduler(DDIMScheduler, base_config)
-    if name == "dpmpp_2m":
-        return new_scheduler(DPMSolverMultistepScheduler, base_config, algorithm_type="dpmsolver++", solver_order=2)
-    raise ValueError(f"unknown scheduler {name!r} for {NAME}; known: {', '.join(SCHEDULER_NAMES)}")

@@ -18,7 +18,7 @@ from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark,
 from invokeai.backend.attention.policy import read_flags
 from invokeai.backend.attention.testing import pristine_attention
 from invokeai.backend.families.krea2 import generation as krea2
-from invokeai.backend.families.krea2 import layout as krea2_family
+from invokeai.backend.families.krea2 import scheduler as krea2_scheduler
 from invokeai.backend.families.krea2.attention import EXPANDED, Krea2GroupedQueryAttnProcessor
 from invokeai.backend.families.krea2.generation import WINDOW_ENV, window_mode_from_env
 
@@ -100,7 +100,7 @@ def _denoise(
     with attention_caller(node):
         return krea2.denoise(
             model["transformer"],
-            krea2_family.make_scheduler("euler", dict(model["scheduler"].config)),
+            krea2_scheduler.make_scheduler("euler", dict(model["scheduler"].config)),
             prompt_embeds=embeds,
             prompt_mask=mask,
             negative_embeds=negative,
