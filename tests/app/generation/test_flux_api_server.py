@@ -293,3 +293,48 @@ def test_image_to_image_through_flux_vae_encode_equals_flux_img2img_pipeline(
     assert max_diff(image_of(client, item), theirs) <= 1
     counts = client.get("/api/v1/app/attention").json()["counts"]
     assert sum(counts.get("flux_vae_encode", {}).values()) > 0
+
+
+def test_prompt_2_and_max_sequence_length_reach_t5_as_in_flux_pipeline(client: httpx.Client, stock_pipe: Any) -> None:
+    import torch
+
+    body = copy.deepcopy(example("flux_text_to_image"))
+    nodes = body["batch"]["graph"]["nodes"]
+    nodes["prompt"].update(prompt_2="a red house in a green tree", max_sequence_length=64)
+    item, _ = run(client, body)
+    d = nodes["denoise"]
+    theirs = stock_pipe(
+        nodes["prompt"]["prompt"],
+        prompt_2="a red house in a green tree",
+        max_sequence_length=64,
+        width=d["width"],
+        height=d["height"],
+        num_inference_steps=d["steps"],
+        guidance_scale=d["guidance"],
+        generator=torch.Generator("cpu").manual_seed(d["seed"]),
+    ).images[0]
+    mine = image_of(client, item)
+    assert max_diff(mine, theirs) <= 1
+    assert max_diff(mine, stock_image(stock_pipe, example("flux_text_to_image"))) > 1
+
+
+def test_a_cancel_mid_denoise_ends_the_flux_item_canceled(client: httpx.Client) -> None:
+    body = copy.deepcopy(example("flux_text_to_image"))
+    body["batch"]["graph"]["nodes"]["denoise"]["steps"] = 1000
+    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+        response = client.post(f"{QUEUE}/enqueue_batch", json=body)
+        [item_id] = response.json()["item_ids"]
+        steps_seen = 0
+        for sse in source.iter_sse():
+            payload = json.loads(sse.data)
+            if sse.event == "invocation_progress" and payload["item_id"] == item_id:
+                steps_seen += 1
+                if steps_seen == 3:
+                    assert client.put(f"{QUEUE}/i/{item_id}/cancel").json()["status"] == "canceled"
+            if sse.event == "queue_item_status_changed" and payload["item_id"] == item_id:
+                if payload["status"] in FINISHED:
+                    break
+    item = client.get(f"{QUEUE}/i/{item_id}").json()
+    assert item["status"] == "canceled"
+    assert "denoise" not in item["session"]["results"]
+    assert 3 <= steps_seen < 100

@@ -153,3 +153,8 @@ def test_preview_projection_is_fitted_on_the_denoisers_latents(flux_pipe: Any) -
     constant = float((colours - colours.mean(dim=0)).abs().mean())
     assert normalised < constant
     assert normalised < error(raw)
+
+
+def test_an_image_off_the_packed_multiple_is_refused_by_vae_encode(flux_pipe: Any) -> None:
+    with pytest.raises(ValueError, match="got 72x64"):
+        generation.vae_encode(flux_pipe.vae, Image.new("RGB", (72, 64)), 0)
