@@ -4,12 +4,13 @@ folder and one line here."""
 from __future__ import annotations
 
 from invokeai.backend.families.family import Family
+from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
 from invokeai.backend.families.krea2.descriptor import FAMILY as KREA2
 from invokeai.backend.families.sd1.descriptor import FAMILY as SD1
 from invokeai.backend.families.sdxl.descriptor import FAMILY as SDXL
 from invokeai.backend.models.config_variants import ConfigVariant
 
-FAMILIES: tuple[Family, ...] = (SD1, KREA2, SDXL)
+FAMILIES: tuple[Family, ...] = (SD1, KREA2, FLUX, SDXL)
 
 
 def family_names() -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from model_test_support import MODELS, models_dir_files
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import InvokeAIAppConfig
 
-DEMO_NAMES = ["demo-krea2", "demo-krea2-gguf", "demo-sd1", "demo-sdxl"]
+DEMO_NAMES = ["demo-flux", "demo-flux-gguf", "demo-krea2", "demo-krea2-gguf", "demo-sd1", "demo-sdxl"]
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] [\w.]+: ")
 
 
@@ -64,10 +64,12 @@ def test_first_start_installs_the_demo_models_and_a_restart_keeps_them(
         "sd-1/demo-sd1",
         "krea2/demo-krea2",
         "krea2/demo-krea2-gguf.gguf",
+        "flux/demo-flux",
+        "flux/demo-flux-gguf.gguf",
         "sdxl/demo-sdxl",
     }
     output = log.read_text()
-    assert output.count("Installed 4 demo models") == 1, output
+    assert output.count(f"Installed {len(DEMO_NAMES)} demo models") == 1, output
     # The libraries' own stderr output (warnings, progress bars) goes through the server's log format.
     assert [line for line in output.splitlines() if not LOG_LINE.match(line)] == []
 

@@ -27,7 +27,7 @@ def clean_attention() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """demo-sd1, demo-krea2 and demo-sdxl, built once per session."""
+    """demo-sd1, demo-krea2, demo-flux and demo-sdxl, built once per session."""
     from diffusers.utils import logging as diffusers_logging
     from transformers.utils import logging as transformers_logging
 
@@ -36,5 +36,5 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     diffusers_logging.disable_progress_bar()
     transformers_logging.disable_progress_bar()
     root = tmp_path_factory.mktemp("cache-demo-models")
-    build_demo_models(root, ("demo-sd1", "demo-krea2", "demo-sdxl"))
+    build_demo_models(root, ("demo-sd1", "demo-krea2", "demo-flux", "demo-sdxl"))
     return root

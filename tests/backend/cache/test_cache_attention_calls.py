@@ -20,7 +20,7 @@ from invokeai.backend.families import FAMILIES
 RUNS = {(family.name, operation) for family in FAMILIES for operation in family.runs}
 
 CPU = torch.device("cpu")
-DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2", "sdxl": "demo-sdxl"}
+DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2", "flux": "demo-flux", "sdxl": "demo-sdxl"}
 
 # (family, component) -> facts to check; sizes give odd latent sides (72x56 -> 9x7 -> 5x4).
 FACTS: dict[tuple[str, str], list[dict[str, Any]]] = {
@@ -31,6 +31,11 @@ FACTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("krea2", "text_encoder"): [dict(prompt_tokens=24), dict(prompt_tokens=24, text_padded=False, batch=2)],
     ("krea2", "transformer"): [dict(width=64, height=48, prompt_tokens=16), dict(width=32, height=32, batch=2)],
     ("krea2", "vae_decode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
+    ("flux", "text_encoder"): [dict(batch=1), dict(batch=2)],
+    ("flux", "text_encoder_2"): [dict(prompt_tokens=256), dict(prompt_tokens=40, batch=2)],
+    ("flux", "transformer"): [dict(width=80, height=48, prompt_tokens=24), dict(width=64, height=64, batch=2)],
+    ("flux", "vae_decode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
+    ("flux", "vae_encode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
     ("sdxl", "text_encoder"): [dict(batch=1), dict(batch=2, prompt_tokens=20)],
     ("sdxl", "text_encoder_2"): [dict(batch=1), dict(batch=2, prompt_tokens=20)],
     ("sdxl", "unet"): [dict(width=72, height=56), dict(width=64, height=64, batch=2, guidance=False)],

@@ -30,7 +30,14 @@ def test_build_is_deterministic_and_fast(demo_build: DemoBuild, tmp_path: Path) 
     assert any(name.endswith(".safetensors") for name in first)
     # Seconds even on a busy 2-core machine (the first build includes importing the model classes).
     assert demo_build.seconds < 30 and again < 30
-    assert [m.name for m in models] == ["demo-sd1", "demo-krea2", "demo-krea2-gguf", "demo-sdxl"]
+    assert [m.name for m in models] == [
+        "demo-sd1",
+        "demo-krea2",
+        "demo-krea2-gguf",
+        "demo-flux",
+        "demo-flux-gguf",
+        "demo-sdxl",
+    ]
     # Each says of itself what probing its files says.
     for model in models:
         probe = probe_model(model.path)

@@ -1,0 +1,220 @@
+"""FLUX.1 nodes: prompt -> conditioning (T5 hidden states and CLIP's pooled vector), conditioning (+ latents) ->
+latents, latents <-> image.
+
+Each node resolves its model, has the model manager put the component on the device with its working memory
+reserved, and runs `invokeai.backend.families.flux.generation`, which computes what diffusers' FluxPipeline and
+FluxImg2ImgPipeline compute. A lone transformer (a BFL single file or a GGUF) gets its text encoders, VAE and
+scheduler from the installed FLUX.1 pipeline the manager pairs it with, so one name serves every node.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import field_validator
+
+from invokeai.app.nodes.base import BaseInvocation, ImageField, InputField, InvocationContext
+from invokeai.app.nodes.image import MAX_DIMENSION, ImageOutput
+from invokeai.app.nodes.model_fields import (
+    SEED_MAX,
+    ConditioningField,
+    ConditioningOutput,
+    LatentsField,
+    LatentsOutput,
+    ModelIdentifier,
+    ModelInputField,
+)
+from invokeai.app.nodes.model_use import (
+    TensorKind,
+    decode_latents,
+    family_model,
+    latents_output,
+    provider,
+    step_reporter,
+)
+from invokeai.backend.families.flux.constants import DEFAULT_GUIDANCE, SIZE_MULTIPLE, T5_TOKENS_DEV, default_t5_tokens
+from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
+
+if TYPE_CHECKING:
+    from invokeai.app.services.model_records import ModelRecord
+    from invokeai.backend.generation.preview import RgbProjection
+
+logger = logging.getLogger(__name__)
+
+FAMILY = FLUX.name
+
+CONDITIONING = TensorKind("conditioning", ("flux_t5_embeds", "flux_clip_pooled"), "flux_text_encoder")
+LATENTS = TensorKind("latents", ("flux_latents",), "flux_denoise or flux_vae_encode")
+
+MODEL_DESCRIPTION = "The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline)"
+
+
+def _check_multiple(value: int) -> int:
+    if value % SIZE_MULTIPLE:
+        raise ValueError(f"must be a multiple of {SIZE_MULTIPLE}, got {value}")
+    return value
+
+
+def _preview_projection(context: InvocationContext, record: ModelRecord) -> RgbProjection | None:
+    """The preview map of the VAE that will decode these latents, fitted the first time on the execution device;
+    None (no previews) when it cannot be had, since a preview is never worth failing a generation for. The missing
+    VAE itself is reported by flux_vae_decode."""
+    from invokeai.backend.families.flux import generation
+    from invokeai.backend.generation.preview import FIT_COLOURS, FIT_SIZE
+
+    try:
+        source = provider(context, record, "vae")
+        known = generation.known_preview_projection(context.models.load(source, "vae"))
+        if known is not None:
+            return known
+        with context.models.on_device(source, "vae_encode", width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS) as vae:
+            return generation.preview_projection(vae)
+    except Exception as error:
+        logger.warning("flux_denoise: no step previews for model %r: %s", record.name, error)
+        return None
+
+
+class FluxTextEncoderInvocation(BaseInvocation):
+    """A prompt encoded for flux_denoise: CLIP-L's pooled output and T5's hidden states of the prompt padded to
+    max_sequence_length tokens."""
+
+    type: Literal["flux_text_encoder"] = "flux_text_encoder"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    prompt: str = InputField(default="", description="The prompt")
+    prompt_2: str | None = InputField(default=None, description="A different prompt for T5 (default: the prompt)")
+    max_sequence_length: int | None = InputField(
+        default=None,
+        ge=1,
+        le=T5_TOKENS_DEV,
+        description="T5 tokens the prompt is padded or cut to; default: the model's (512 for dev, 256 for schnell)",
+    )
+
+    def invoke(self, context: InvocationContext) -> ConditioningOutput:
+        from invokeai.backend.families.flux import generation
+
+        record = family_model(context, self.model, FAMILY)
+        tokens = self.max_sequence_length
+        if tokens is None:
+            # The named model's transformer decides dev or schnell, even where its encoders come from a pair.
+            tokens = default_t5_tokens(context.models.config(provider(context, record, "transformer"), "transformer"))
+        device = context.models.device
+        clip = provider(context, record, "text_encoder")
+        tokenizer = context.models.load(clip, "tokenizer")
+        with context.models.on_device(clip, "text_encoder") as text_encoder:
+            pooled = generation.encode_clip(text_encoder, tokenizer, self.prompt, device)
+        t5 = provider(context, record, "text_encoder_2")
+        tokenizer_2 = context.models.load(t5, "tokenizer_2")
+        with context.models.on_device(t5, "text_encoder_2", prompt_tokens=tokens) as text_encoder_2:
+            embeds = generation.encode_t5(text_encoder_2, tokenizer_2, self.prompt_2 or self.prompt, device, tokens)
+        name = CONDITIONING.save(context, embeds, pooled)
+        return ConditioningOutput(conditioning=ConditioningField(conditioning_name=name))
+
+
+class FluxDenoiseInvocation(BaseInvocation):
+    """Latents denoised by the model's transformer with flow-matching Euler and the resolution-dependent shift:
+    from noise (text-to-image), or from `latents` (image-to-image), starting `denoising_strength` of the way into
+    the schedule. Reports every step with a small preview."""
+
+    type: Literal["flux_denoise"] = "flux_denoise"
+    model: ModelIdentifier = ModelInputField(description="The FLUX.1 model, or a FLUX.1 transformer file")
+    conditioning: ConditioningField = InputField(description="What the image shows (flux_text_encoder)")
+    latents: LatentsField | None = InputField(
+        default=None, description="Latents to start from (flux_vae_encode), for image-to-image; their size must match"
+    )
+    denoising_strength: float = InputField(
+        default=1.0, ge=0.0, le=1.0, description="With latents: how much of the schedule to run (1: all of it)"
+    )
+    width: int = InputField(default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The width, a multiple of 16")
+    height: int = InputField(
+        default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The height, a multiple of 16"
+    )
+    steps: int = InputField(default=28, ge=1, le=1000, description="The number of denoising steps (schnell: 4)")
+    guidance: float = InputField(
+        default=DEFAULT_GUIDANCE,
+        ge=0.0,
+        le=100.0,
+        description="The guidance embedding of a guidance-distilled model (dev); schnell has none and ignores it",
+    )
+    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
+
+    @field_validator("width", "height")
+    @classmethod
+    def _multiple_of_16(cls, value: int) -> int:
+        return _check_multiple(value)
+
+    def invoke(self, context: InvocationContext) -> LatentsOutput:
+        from invokeai.backend.families.flux import generation
+
+        record = family_model(context, self.model, FAMILY)
+        embeds, pooled = CONDITIONING.load(context, self.conditioning.conditioning_name)
+        init_latents = None
+        if self.latents is not None:
+            (init_latents,) = LATENTS.load(context, self.latents.latents_name)
+            height, width = (side * FLUX.constants.latent_scale for side in init_latents.shape[-2:])
+            if (width, height) != (self.width, self.height):
+                raise ValueError(
+                    f"the latents are of a {width}x{height} image but width x height is {self.width}x{self.height}; "
+                    "set width and height to the image's size"
+                )
+        pipeline = provider(context, record, "scheduler")
+        scheduler = FLUX.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
+        on_step = step_reporter(context, _preview_projection(context, record))
+        with context.models.on_device(
+            record, "transformer", width=self.width, height=self.height, prompt_tokens=embeds.shape[1]
+        ) as transformer:
+            latents = generation.denoise(
+                transformer,
+                scheduler,
+                prompt_embeds=embeds,
+                pooled_embeds=pooled,
+                width=self.width,
+                height=self.height,
+                steps=self.steps,
+                seed=self.seed,
+                device=context.models.device,
+                dtype=context.models.dtype,
+                guidance=self.guidance,
+                init_latents=init_latents,
+                strength=self.denoising_strength,
+                on_step=on_step,
+            )
+        return latents_output(context, LATENTS, latents, self.width, self.height)
+
+
+class FluxVaeDecodeInvocation(BaseInvocation):
+    """The image the model's 16-channel VAE decodes from latents."""
+
+    type: Literal["flux_vae_decode"] = "flux_vae_decode"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    latents: LatentsField = InputField(description="The latents to decode (flux_denoise)")
+
+    def invoke(self, context: InvocationContext) -> ImageOutput:
+        from invokeai.backend.families.flux import generation
+
+        source = provider(context, family_model(context, self.model, FAMILY), "vae")
+        return decode_latents(context, source, LATENTS, self.latents.latents_name, generation.vae_decode)
+
+
+class FluxVaeEncodeInvocation(BaseInvocation):
+    """Latents of an image, sampled from the model's VAE posterior, for image-to-image with flux_denoise. Give
+    flux_denoise the same seed to get the image FluxImg2ImgPipeline makes with that seed."""
+
+    type: Literal["flux_vae_encode"] = "flux_vae_encode"
+    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
+    image: ImageField = InputField(description="The image; its sides must be multiples of 16")
+    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the posterior sample")
+
+    def invoke(self, context: InvocationContext) -> LatentsOutput:
+        from invokeai.backend.families.flux import generation
+
+        source = provider(context, family_model(context, self.model, FAMILY), "vae")
+        image = context.load_image(self.image).convert("RGB")
+        if image.width % SIZE_MULTIPLE or image.height % SIZE_MULTIPLE:
+            raise ValueError(
+                f"image {self.image.image_name} is {image.width}x{image.height}; flux_vae_encode needs sides that "
+                f"are multiples of {SIZE_MULTIPLE} (resize it first with image_resize)"
+            )
+        with context.models.on_device(source, "vae_encode", width=image.width, height=image.height) as vae:
+            latents = generation.vae_encode(vae, image, self.seed)
+        return latents_output(context, LATENTS, latents, image.width, image.height)
