@@ -28,9 +28,11 @@ from invokeai.app.nodes.model_fields import (
 from invokeai.app.nodes.model_use import (
     TensorKind,
     decode_latents,
+    encode_image,
     family_model,
     latents_output,
     provider,
+    start_latents,
     step_reporter,
 )
 from invokeai.backend.families.flux.constants import DEFAULT_GUIDANCE, SIZE_MULTIPLE, T5_TOKENS_DEV, default_t5_tokens
@@ -150,13 +152,7 @@ class FluxDenoiseInvocation(BaseInvocation):
         embeds, pooled = CONDITIONING.load(context, self.conditioning.conditioning_name)
         init_latents = None
         if self.latents is not None:
-            (init_latents,) = LATENTS.load(context, self.latents.latents_name)
-            height, width = (side * FLUX.constants.latent_scale for side in init_latents.shape[-2:])
-            if (width, height) != (self.width, self.height):
-                raise ValueError(
-                    f"the latents are of a {width}x{height} image but width x height is {self.width}x{self.height}; "
-                    "set width and height to the image's size"
-                )
+            init_latents = start_latents(context, record, LATENTS, self.latents.latents_name, self.width, self.height)
         pipeline = provider(context, record, "scheduler")
         scheduler = FLUX.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
         on_step = step_reporter(context, _preview_projection(context, record))
@@ -209,12 +205,4 @@ class FluxVaeEncodeInvocation(BaseInvocation):
         from invokeai.backend.families.flux import generation
 
         source = provider(context, family_model(context, self.model, FAMILY), "vae")
-        image = context.load_image(self.image).convert("RGB")
-        if image.width % SIZE_MULTIPLE or image.height % SIZE_MULTIPLE:
-            raise ValueError(
-                f"image {self.image.image_name} is {image.width}x{image.height}; flux_vae_encode needs sides that "
-                f"are multiples of {SIZE_MULTIPLE} (resize it first with image_resize)"
-            )
-        with context.models.on_device(source, "vae_encode", width=image.width, height=image.height) as vae:
-            latents = generation.vae_encode(vae, image, self.seed)
-        return latents_output(context, LATENTS, latents, image.width, image.height)
+        return encode_image(context, source, LATENTS, self.image, self.seed, generation.vae_encode)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from invokeai.app.nodes.context import InvocationContext
+    from invokeai.app.nodes.fields import ImageField
     from invokeai.app.services.model_records import ModelIdentifier, ModelRecord
     from invokeai.backend.generation.preview import RgbProjection
 
@@ -76,6 +77,49 @@ def latents_output(
 ) -> LatentsOutput:
     """A node's output of `latents` (of a width x height image), stored as `kind`."""
     return LatentsOutput(latents=LatentsField(latents_name=kind.save(context, latents)), width=width, height=height)
+
+
+def start_latents(
+    context: InvocationContext, record: ModelRecord, kind: TensorKind, latents_name: str, width: int, height: int
+) -> torch.Tensor:
+    """Stored latents to start an image-to-image denoise from; refused unless they are of a width x height image
+    (as `record`'s family spans pixels per latent), since the denoiser would otherwise fail on shapes or crop."""
+    from invokeai.backend.families import get_family
+
+    (latents,) = kind.load(context, latents_name)
+    scale = get_family(record.family).constants.latent_scale
+    latent_height, latent_width = (side * scale for side in latents.shape[-2:])
+    if (latent_width, latent_height) != (width, height):
+        raise ValueError(
+            f"the latents are of a {latent_width}x{latent_height} image but width x height is {width}x{height}; "
+            "set width and height to the image's size"
+        )
+    return latents
+
+
+def encode_image(
+    context: InvocationContext,
+    record: ModelRecord,
+    kind: TensorKind,
+    image_field: ImageField,
+    seed: int,
+    vae_encode: Callable[[Any, Image.Image, int], torch.Tensor],
+) -> LatentsOutput:
+    """The latents `vae_encode` samples from the image with `record`'s VAE and the seed, stored as `kind`, with the
+    working memory for an encode of that size reserved. The image's sides must be multiples of the family's size
+    multiple (what its denoiser takes)."""
+    from invokeai.backend.families import get_family
+
+    multiple = get_family(record.family).constants.size_multiple
+    image = context.load_image(image_field).convert("RGB")
+    if image.width % multiple or image.height % multiple:
+        raise ValueError(
+            f"image {image_field.image_name} is {image.width}x{image.height}; {context.node_type} needs sides that "
+            f"are multiples of {multiple} (resize it first with image_resize)"
+        )
+    with context.models.on_device(record, "vae_encode", width=image.width, height=image.height) as vae:
+        latents = vae_encode(vae, image, seed)
+    return latents_output(context, kind, latents, image.width, image.height)
 
 
 def decode_latents(

@@ -22,7 +22,15 @@ from invokeai.app.nodes.model_fields import (
     ModelIdentifier,
     ModelInputField,
 )
-from invokeai.app.nodes.model_use import TensorKind, decode_latents, family_model, latents_output, step_reporter
+from invokeai.app.nodes.model_use import (
+    TensorKind,
+    decode_latents,
+    encode_image,
+    family_model,
+    latents_output,
+    start_latents,
+    step_reporter,
+)
 from invokeai.backend.families.sd_schedulers import SDSchedulerName
 from invokeai.backend.families.sdxl.constants import FAMILY_NAME, LATENT_SCALE
 from invokeai.backend.families.sdxl.descriptor import FAMILY as SDXL
@@ -108,8 +116,7 @@ class SDXLDenoiseInvocation(BaseInvocation):
             negative = generation.SdxlConditioning(*CONDITIONING.load(context, name))
         init_latents = None
         if self.latents is not None:
-            (init_latents,) = LATENTS.load(context, self.latents.latents_name)
-            self._check_size(init_latents.shape[-2:])
+            init_latents = start_latents(context, record, LATENTS, self.latents.latents_name, self.width, self.height)
         base = context.models.load(record, "scheduler")
         scheduler = SDXL.make_scheduler(self.scheduler, dict(base.config))
 
@@ -131,14 +138,6 @@ class SDXLDenoiseInvocation(BaseInvocation):
                 on_step=step_reporter(context, generation.LATENT_RGB),
             )
         return latents_output(context, LATENTS, latents, self.width, self.height)
-
-    def _check_size(self, latent_size: tuple[int, ...]) -> None:
-        height, width = (side * LATENT_SCALE for side in latent_size)
-        if (width, height) != (self.width, self.height):
-            raise ValueError(
-                f"the latents are of a {width}x{height} image but width x height is {self.width}x{self.height}; "
-                "set width and height to the image's size"
-            )
 
 
 class SDXLVaeDecodeInvocation(BaseInvocation):
@@ -168,12 +167,4 @@ class SDXLVaeEncodeInvocation(BaseInvocation):
         from invokeai.backend.families.sdxl import generation
 
         record = family_model(context, self.model, FAMILY)
-        image = context.load_image(self.image).convert("RGB")
-        if image.width % LATENT_SCALE or image.height % LATENT_SCALE:
-            raise ValueError(
-                f"image {self.image.image_name} is {image.width}x{image.height}; sdxl_vae_encode needs sides that are "
-                f"multiples of {LATENT_SCALE} (resize it first with image_resize)"
-            )
-        with context.models.on_device(record, "vae_encode", width=image.width, height=image.height) as vae:
-            latents = generation.vae_encode(vae, image, self.seed)
-        return latents_output(context, LATENTS, latents, image.width, image.height)
+        return encode_image(context, record, LATENTS, self.image, self.seed, generation.vae_encode)
