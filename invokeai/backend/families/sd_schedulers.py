@@ -2,14 +2,19 @@
 
 Each name is a diffusers scheduler class plus the options InvokeAI sets for it, built on the model's own noise
 schedule (its scheduler config: betas, offsets, prediction type), so a name samples exactly as diffusers does when a
-user switches a pipeline to that class with those options.
+user switches a pipeline to that class with those options. Also here: how the SD pipelines drive a scheduler (the
+extra step arguments, the image-to-image start), which the SD families' denoise loops share.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,24 @@ def make_sd_scheduler(name: str, base_config: Mapping[str, Any]) -> Any:
 
     choice = scheduler_choice(name)
     return new_scheduler(getattr(diffusers, choice.class_name), dict(base_config), **choice.options)
+
+
+def step_kwargs(scheduler: Any, generator: torch.Generator) -> dict[str, Any]:
+    """The SD pipelines' extra scheduler.step arguments: eta 0 where accepted (DDIM), the generator where accepted."""
+    accepted = inspect.signature(scheduler.step).parameters
+    kwargs: dict[str, Any] = {}
+    if "eta" in accepted:
+        kwargs["eta"] = 0.0
+    if "generator" in accepted:
+        kwargs["generator"] = generator
+    return kwargs
+
+
+def img2img_timesteps(scheduler: Any, steps: int, strength: float) -> torch.Tensor:
+    """The tail of the schedule that `strength` keeps, with the scheduler told where it begins (as the SD img2img
+    pipelines do without denoising_start, so index-based schedulers add noise and step from the right sigma)."""
+    kept = min(int(steps * strength), steps)
+    start = max(steps - kept, 0) * scheduler.order
+    if hasattr(scheduler, "set_begin_index"):
+        scheduler.set_begin_index(start)
+    return scheduler.timesteps[start:]

@@ -7,13 +7,13 @@ scheduler, steps and size the image is the pipeline's.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 from PIL import Image
 
 from invokeai.backend.families.sd1.constants import LATENT_SCALE
+from invokeai.backend.families.sd_schedulers import img2img_timesteps, step_kwargs
 from invokeai.backend.generation.preview import RgbProjection
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
@@ -49,27 +49,6 @@ def encode_prompt(text_encoder: Any, tokenizer: Any, prompt: str, device: torch.
     mask = tokens.attention_mask.to(device) if getattr(text_encoder.config, "use_attention_mask", False) else None
     hidden = text_encoder(tokens.input_ids.to(device), attention_mask=mask)[0]
     return hidden.to(device=device, dtype=text_encoder.dtype)
-
-
-def _step_kwargs(scheduler: Any, generator: torch.Generator) -> dict[str, Any]:
-    """The pipeline's extra scheduler.step arguments: eta 0 where accepted (DDIM), the generator where accepted."""
-    accepted = inspect.signature(scheduler.step).parameters
-    kwargs: dict[str, Any] = {}
-    if "eta" in accepted:
-        kwargs["eta"] = 0.0
-    if "generator" in accepted:
-        kwargs["generator"] = generator
-    return kwargs
-
-
-def _img2img_timesteps(scheduler: Any, steps: int, strength: float) -> torch.Tensor:
-    """The tail of the schedule that `strength` keeps, with the scheduler told where it begins (as the img2img
-    pipeline does, so index-based schedulers add noise and step from the right sigma)."""
-    kept = min(int(steps * strength), steps)
-    start = max(steps - kept, 0) * scheduler.order
-    if hasattr(scheduler, "set_begin_index"):
-        scheduler.set_begin_index(start)
-    return scheduler.timesteps[start:]
 
 
 @torch.inference_mode()
@@ -115,7 +94,7 @@ def denoise(
     else:
         if tuple(init_latents.shape) != shape:
             raise ValueError(f"init_latents have shape {tuple(init_latents.shape)}; {width}x{height} needs {shape}")
-        timesteps = _img2img_timesteps(scheduler, steps, strength)
+        timesteps = img2img_timesteps(scheduler, steps, strength)
         # The img2img pipeline drew the VAE posterior sample (vae_encode) from this same generator first; its noise
         # is the generator's next draw.
         seeded_noise(shape, generator, "cpu", dtype)
@@ -126,7 +105,7 @@ def denoise(
     guided = cfg_scale > 1.0
     conditioning = torch.cat([negative, positive]) if guided else positive
     conditioning = conditioning.to(device=device, dtype=dtype)
-    step_kwargs = _step_kwargs(scheduler, generator)
+    extra_step_kwargs = step_kwargs(scheduler, generator)
     total = len(timesteps)
     for index, t in enumerate(timesteps):
         model_input = torch.cat([latents] * 2) if guided else latents
@@ -135,7 +114,7 @@ def denoise(
         if guided:
             uncond, cond = noise_pred.chunk(2)
             noise_pred = uncond + cfg_scale * (cond - uncond)
-        latents = scheduler.step(noise_pred, t, latents, **step_kwargs, return_dict=False)[0]
+        latents = scheduler.step(noise_pred, t, latents, **extra_step_kwargs, return_dict=False)[0]
         if on_step is not None:
             on_step(index + 1, total, latents)
     return latents

@@ -8,13 +8,13 @@ pipeline's.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from PIL import Image
 
+from invokeai.backend.families.sd_schedulers import img2img_timesteps, step_kwargs
 from invokeai.backend.generation.preview import RgbProjection
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
@@ -114,27 +114,6 @@ def add_time_ids(
     return torch.tensor([ids], dtype=dtype, device=device)
 
 
-def _step_kwargs(scheduler: Any, generator: torch.Generator) -> dict[str, Any]:
-    """The pipeline's extra scheduler.step arguments: eta 0 where accepted (DDIM), the generator where accepted."""
-    accepted = inspect.signature(scheduler.step).parameters
-    kwargs: dict[str, Any] = {}
-    if "eta" in accepted:
-        kwargs["eta"] = 0.0
-    if "generator" in accepted:
-        kwargs["generator"] = generator
-    return kwargs
-
-
-def _img2img_timesteps(scheduler: Any, steps: int, strength: float) -> torch.Tensor:
-    """The tail of the schedule that `strength` keeps, with the scheduler told where it begins (as the img2img
-    pipeline does without denoising_start)."""
-    kept = min(int(steps * strength), steps)
-    start = max(steps - kept, 0) * scheduler.order
-    if hasattr(scheduler, "set_begin_index"):
-        scheduler.set_begin_index(start)
-    return scheduler.timesteps[start:]
-
-
 def check_size(width: int, height: int) -> None:
     if width <= 0 or height <= 0 or width % SIZE_MULTIPLE or height % SIZE_MULTIPLE:
         raise ValueError(f"width and height must be positive multiples of {SIZE_MULTIPLE}, got {width}x{height}")
@@ -189,7 +168,7 @@ def denoise(
     else:
         if tuple(init_latents.shape) != shape:
             raise ValueError(f"init_latents have shape {tuple(init_latents.shape)}; {width}x{height} needs {shape}")
-        timesteps = _img2img_timesteps(scheduler, steps, strength)
+        timesteps = img2img_timesteps(scheduler, steps, strength)
         if len(timesteps) == 0:
             raise ValueError(f"strength {strength} keeps none of the {steps} steps; raise the strength or the steps")
         # The img2img pipeline drew the VAE posterior sample (vae_encode) from this same generator first; its noise
@@ -213,7 +192,7 @@ def denoise(
         embeds, pooled = positive.embeds, positive.pooled
     added = {"text_embeds": pooled.to(device), "time_ids": time_ids}
     embeds = embeds.to(device)
-    step_kwargs = _step_kwargs(scheduler, generator)
+    extra_step_kwargs = step_kwargs(scheduler, generator)
     total = len(timesteps)
     for index, t in enumerate(timesteps):
         model_input = torch.cat([latents] * 2) if guided else latents
@@ -222,7 +201,7 @@ def denoise(
         if guided:
             uncond, cond = noise_pred.chunk(2)
             noise_pred = uncond + cfg_scale * (cond - uncond)
-        latents = scheduler.step(noise_pred, t, latents, **step_kwargs, return_dict=False)[0]
+        latents = scheduler.step(noise_pred, t, latents, **extra_step_kwargs, return_dict=False)[0]
         if on_step is not None:
             on_step(index + 1, total, latents)
     return latents
