@@ -9,13 +9,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,73 +17,9 @@ import numpy as np
 import pytest
 from httpx_sse import connect_sse
 from PIL import Image
+from server_support import FINISHED, QUEUE, example
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "docs" / "examples"
 EXAMPLES = ("flux_text_to_image", "flux_gguf_text_to_image")
-QUEUE = "/api/v1/queue/default"
-FINISHED = ("completed", "failed", "canceled")
-
-
-def example(name: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((EXAMPLES_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    return body
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("flux-server")
-    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("INVOKEAI_")}
-    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", HOME=str(root / "home"))
-    env.update(INVOKEAI_DEVICE="cpu", INVOKEAI_PRECISION="float32")
-    port = _free_port()
-    log = root / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("invokeai-web")),
-                "--root",
-                str(root / "invokeai"),
-                "--port",
-                f"{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"invokeai-web exited with {process.returncode}:\n{log.read_text()}")
-            try:
-                httpx.get(f"{base}/api/v1/app/version", timeout=5)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"invokeai-web did not answer:\n{log.read_text()}")
-                time.sleep(0.2)
-        yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    assert "Traceback" not in log.read_text(), log.read_text()
-
-
-@pytest.fixture(scope="module")
-def client(server: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server, timeout=60) as client:
-        yield client
 
 
 def run(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:

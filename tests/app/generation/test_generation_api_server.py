@@ -9,25 +9,16 @@ import base64
 import copy
 import io
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
 from PIL import Image
+from server_support import FINISHED, QUEUE, enqueue, example, item_of
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "docs" / "examples"
 EXAMPLES = ("sd_text_to_image", "sd_image_to_image", "krea2_text_to_image", "krea2_gguf_text_to_image")
-QUEUE = "/api/v1/queue/default"
-FINISHED = ("completed", "failed", "canceled")
 # Every node type that runs attention in the examples: text encoders, denoisers, VAE coders.
 ATTENDING_NODES = (
     "sd_text_encoder",
@@ -38,76 +29,6 @@ ATTENDING_NODES = (
     "krea2_denoise",
     "krea2_vae_decode",
 )
-
-
-def example(name: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((EXAMPLES_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    return body
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """invokeai-web on a fresh root; its base URL once it answers (the demo models are installed by then)."""
-    root = tmp_path_factory.mktemp("generation-server")
-    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("INVOKEAI_")}
-    # One torch thread: the demo models gain nothing from more, and the test machine's cores are shared.
-    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", HOME=str(root / "home"))
-    executable = Path(sys.executable).with_name("invokeai-web")
-    port = _free_port()
-    log = root / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(executable), "--root", str(root / "invokeai"), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"invokeai-web exited with {process.returncode}:\n{log.read_text()}")
-            try:
-                httpx.get(f"{base}/api/v1/app/version", timeout=5)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"invokeai-web did not answer:\n{log.read_text()}")
-                time.sleep(0.2)
-        yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    assert "Traceback" not in log.read_text(), log.read_text()
-
-
-@pytest.fixture
-def client(server: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server, timeout=60) as client:
-        yield client
-
-
-def enqueue(client: httpx.Client, body: dict[str, Any]) -> int:
-    response = client.post(f"{QUEUE}/enqueue_batch", json=body)
-    assert response.status_code == 201, response.text
-    [item_id] = response.json()["item_ids"]
-    return int(item_id)
-
-
-def item_of(client: httpx.Client, item_id: int) -> dict[str, Any]:
-    item: dict[str, Any] = client.get(f"{QUEUE}/i/{item_id}").json()
-    return item
 
 
 @pytest.fixture(scope="module")

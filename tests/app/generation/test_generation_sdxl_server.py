@@ -18,7 +18,7 @@ import pytest
 import torch
 from httpx_sse import connect_sse
 from PIL import Image
-from test_generation_api_server import FINISHED, QUEUE, client, enqueue, example, item_of, server  # noqa: F401
+from server_support import FINISHED, QUEUE, enqueue, example, item_of
 
 T2I, I2I = "sdxl_text_to_image", "sdxl_image_to_image"
 
@@ -67,7 +67,7 @@ def stock_image(pipe: Any, body: dict[str, Any], scheduler: str) -> Image.Image:
 
 
 @pytest.fixture(scope="module")
-def records(server: str) -> dict[str, dict[str, Any]]:  # noqa: F811
+def records(server: str) -> dict[str, dict[str, Any]]:
     listing = httpx.get(f"{server}/api/v2/models/").json()["models"]
     return {record["name"]: record for record in listing}
 
@@ -89,7 +89,7 @@ def test_demo_sdxl_is_installed_on_first_start(records: dict[str, dict[str, Any]
 
 
 def test_the_text_to_image_example_and_a_variant_make_the_pipelines_images(
-    client: httpx.Client,  # noqa: F811
+    client: httpx.Client,
     demo_pipeline: Any,
 ) -> None:
     body = example(T2I)
@@ -104,7 +104,7 @@ def test_the_text_to_image_example_and_a_variant_make_the_pipelines_images(
 
 
 def test_the_image_to_image_example_runs_and_attention_is_counted_per_node_type(
-    client: httpx.Client,  # noqa: F811
+    client: httpx.Client,
 ) -> None:
     body = example(I2I)
     served = image_of(client, run(client, body))
@@ -117,7 +117,7 @@ def test_the_image_to_image_example_runs_and_attention_is_counted_per_node_type(
 
 
 def test_the_denoiser_reports_every_step_with_a_preview_of_an_eighth_of_the_size(
-    client: httpx.Client,  # noqa: F811
+    client: httpx.Client,
 ) -> None:
     body = example(T2I)
     denoise = body["batch"]["graph"]["nodes"]["denoise"]
@@ -137,7 +137,7 @@ def test_the_denoiser_reports_every_step_with_a_preview_of_an_eighth_of_the_size
     assert steps == [("denoise", step, denoise["steps"], eighth) for step in range(1, denoise["steps"] + 1)]
 
 
-def test_an_sd1_model_in_an_sdxl_node_fails_the_item_naming_both_families(client: httpx.Client) -> None:  # noqa: F811
+def test_an_sd1_model_in_an_sdxl_node_fails_the_item_naming_both_families(client: httpx.Client) -> None:
     body = example(T2I)
     body["batch"]["graph"]["nodes"]["denoise"]["model"] = {"name": "demo-sd1"}
     item_id = enqueue(client, body)
@@ -151,7 +151,7 @@ def test_an_sd1_model_in_an_sdxl_node_fails_the_item_naming_both_families(client
     )
 
 
-def test_an_unknown_scheduler_is_refused_with_the_valid_names(client: httpx.Client) -> None:  # noqa: F811
+def test_an_unknown_scheduler_is_refused_with_the_valid_names(client: httpx.Client) -> None:
     body = example(T2I)
     body["batch"]["graph"]["nodes"]["denoise"]["scheduler"] = "no_such_scheduler"
     response = client.post(f"{QUEUE}/enqueue_batch", json=body)
@@ -160,7 +160,7 @@ def test_an_unknown_scheduler_is_refused_with_the_valid_names(client: httpx.Clie
 
 
 def test_the_fp16_single_file_installs_and_generates_the_pipelines_image(
-    client: httpx.Client,  # noqa: F811
+    client: httpx.Client,
     records: dict[str, dict[str, Any]],
     tmp_path: Path,
 ) -> None:
