@@ -17,7 +17,7 @@ from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 from invokeai.backend.families import get_family
 from invokeai.backend.models.errors import UnsupportedModelError
-from invokeai.backend.models.loaders import architecture, components_of, load_component
+from invokeai.backend.models.loaders import architecture, components_of, config_defaults, load_component
 from invokeai.backend.models.probe import ProbeResult
 
 
@@ -114,7 +114,9 @@ class ModelManager:
         has it and was made for the same architecture of what the model holds, so the text encoder and VAE fit the
         transformer (a tiny demo transformer pairs with the demo pipeline, a full-size one with a full-size
         pipeline, whatever else is installed)."""
-        own = {held: self._architecture(record, held) for held in self.components(record)}
+        # Compared with the class defaults filled in, from the model's own class for each component it holds.
+        defaults = {held: config_defaults(probe_of(record), held) for held in self.components(record)}
+        own = {held: self._architecture(record, held, defaults[held]) for held in self.components(record)}
         candidates = [
             other
             for other in self.records.list(family=record.family, type="main")
@@ -126,7 +128,10 @@ class ModelManager:
                 f"to take it from; install one, e.g. with install_demo_models"
             )
         for other in candidates:
-            if all(mine is not None and self._architecture(other, held) == mine for held, mine in own.items()):
+            if all(
+                mine is not None and self._architecture(other, held, defaults[held]) == mine
+                for held, mine in own.items()
+            ):
                 return other
         raise ModelNotFoundError(
             f"model {record.name!r} has no {component}, and no installed {record.family} pipeline was made for its "
@@ -134,9 +139,9 @@ class ModelManager:
             f"it belongs to, or name a model that has {component} in that node"
         )
 
-    def _architecture(self, record: ModelRecord, component: str) -> dict[str, Any] | None:
+    def _architecture(self, record: ModelRecord, component: str, defaults: dict[str, Any]) -> dict[str, Any] | None:
         try:
-            return self.config(record, component)
+            return {**defaults, **self.config(record, component)}
         except (OSError, ValueError, UnsupportedModelError):
             return None  # a config that cannot be read matches nothing: not a model to pair with
 

@@ -47,6 +47,28 @@ def architecture(probe: ProbeResult, component: str) -> dict[str, Any]:
     return {key: value for key, value in config.items() if not key.startswith("_")}
 
 
+def config_defaults(probe: ProbeResult, component: str) -> dict[str, Any]:
+    """The init arguments, with their defaults, of the diffusers class the model's model_index.json names for
+    `component` (a single file's: its shipped config's); {} where none is named or the class keeps no config. A
+    folder diffusers saved lists every argument, a published config.json only those that differ from the defaults:
+    with these filled in, the two describe one architecture the same way."""
+    import inspect
+
+    from .load_diffusers import component_class
+
+    folder = probe.path if probe.format == "diffusers" else _variant(probe).path
+    try:
+        cls = component_class(folder, component)
+    except (OSError, ValueError, UnsupportedModelError):
+        return {}
+    if not (cls.__module__.startswith("diffusers") and hasattr(cls, "config_name")):
+        return {}
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    # As JSON would hold them: tuples become lists, so a default compares equal to the value a config.json gives.
+    return json.loads(json.dumps(defaults, default=str))
+
+
 def load_component(
     probe: ProbeResult,
     component: str,

@@ -122,6 +122,45 @@ def test_a_lone_transformer_pairs_only_with_a_pipeline_of_its_architecture(
         manager.companion(full_gguf, "vae")
 
 
+def test_a_published_config_pairs_with_a_saved_one_listing_every_default(
+    client: TestClient, built_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """FLUX.1 dev's published transformer config leaves out arguments at their defaults (out_channels,
+    axes_dims_rope); a pipeline folder diffusers saved lists every one. Both are the same architecture, so a lone dev
+    transformer (configured from the shipped, published config) pairs with such a folder."""
+    import json
+
+    from accelerate import init_empty_weights
+    from diffusers import FluxTransformer2DModel
+
+    from invokeai.backend.families import config_variant
+
+    for name in ("demo-flux", "demo-flux-gguf"):
+        assert install(client, built_models[name], inplace=True).status_code == 201
+    manager = services_of(client).models
+    published = config_variant("flux").component_config("transformer")
+    assert "axes_dims_rope" not in published
+    saved = tmp_path / "flux-dev-saved"
+    (saved / "transformer").mkdir(parents=True)
+    # What save_pretrained writes: the config with every init argument (register_to_config fills the defaults).
+    with init_empty_weights():
+        full = dict(FluxTransformer2DModel.from_config(published).config)
+    assert full["axes_dims_rope"] == (16, 56, 56)
+    (saved / "transformer" / "config.json").write_text(json.dumps(full), encoding="utf-8")
+    (saved / "model_index.json").write_text(
+        json.dumps({"_class_name": "FluxPipeline", "transformer": ["diffusers", "FluxTransformer2DModel"]}),
+        encoding="utf-8",
+    )
+    demo = manager.resolve(ModelIdentifier(name="demo-flux"))
+    pipeline = manager.records.add(demo.model_copy(update={"key": "dev", "name": "aa-flux-dev", "path": str(saved)}))
+    gguf = manager.resolve(ModelIdentifier(name="demo-flux-gguf"))
+    lone = manager.records.add(
+        gguf.model_copy(update={"key": "dev-q8", "name": "flux-dev-q8", "config_variant": "flux"})
+    )
+    assert manager.companion(lone, "vae") == pipeline
+    assert manager.companion(gguf, "vae").name == "demo-flux"  # the demo transformer still pairs with its own
+
+
 def test_deleting_a_model_drops_what_was_loaded(manager: ModelManager, client: TestClient) -> None:
     sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
     krea2 = manager.resolve(ModelIdentifier(name="demo-krea2"))
