@@ -78,7 +78,8 @@ export function GeneratePage() {
   const s = useStore();
   const [form, setForm] = useState<GenerateSettings>(initial);
   const [busy, setBusy] = useState(false);
-  const models = s.models.filter((m) => usable(m, s.models));
+  // In the families' order (SD-1 first), as the picker groups them; the API lists by name.
+  const models = FAMILIES.flatMap((f) => s.models.filter((m) => m.family === f.id && usable(m, s.models)));
   const model = models.find((m) => m.key === form.model) ?? models[0];
   const family = familyOf(model?.family);
   const specs = s.specs;

@@ -84,7 +84,10 @@ export function ModelsPage() {
       setBusy(false);
     }
   };
-  const installs = Object.values(s.installs).filter((i) => !i.done || i.source === source.trim());
+  // The form's own failure is shown from the answer; its install event would only repeat it.
+  const installs = Object.values(s.installs).filter(
+    (i) => !i.done || (i.source === source.trim() && !(i.error && result && !result.ok)),
+  );
   return (
     <section class="panel" aria-label="Models">
       <h2>Models</h2>
