@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,8 @@ REPO = Path(__file__).resolve().parents[3]
 SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
 DOC_IMAGES = REPO / "docs" / "images"
 PAGES = ("Generate", "Queue", "Gallery", "Models", "Attention")
+# What docs/ui.md shows besides the pages: the running item, the token prompt, the narrow layout.
+DOC_SHOTS = (*(name.lower() for name in PAGES), "progress", "token", "mobile")
 QUEUE = "/api/v1/queue/default"
 # Records every value the progress bar takes, in the page, as the DOM changes: a demo model's step takes a few ms,
 # too fast to catch by asking from here.
@@ -47,9 +50,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def shot(page: Page, name: str) -> Path:
+def shot(page: Page, name: str, *, doc: str = "") -> Path:
+    """A screenshot under test-artifacts/screenshots/; with `doc`, also docs/images/ui-<doc>.png (for docs/ui.md)
+    when WRITE_DOC_SCREENSHOTS=1: otherwise every test run would change committed files."""
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
+    if doc and os.environ.get("WRITE_DOC_SCREENSHOTS") == "1":
+        DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOC_IMAGES / f"ui-{doc}.png")
     return path
 
 
