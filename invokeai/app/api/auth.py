@@ -2,7 +2,8 @@
 
 It is checked by an ASGI middleware in front of every route under /api/, before anything reads the request body:
 a client without the token learns nothing from the server, not even whether its body would parse. The routers
-still declare the bearer scheme (`BEARER`) so that the OpenAPI document describes it.
+still declare the bearer scheme (`BEARER`) so that the OpenAPI document describes it. Nothing outside /api/ is
+guarded: the web UI's page and assets must load without the token, so that the page can ask the user for it.
 """
 
 from __future__ import annotations
