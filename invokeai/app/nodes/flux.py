@@ -9,7 +9,6 @@ scheduler from the installed FLUX.1 pipeline the manager pairs it with, so one n
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
@@ -30,6 +29,7 @@ from invokeai.app.nodes.model_use import (
     decode_latents,
     encode_image,
     family_model,
+    fitted_preview,
     latents_output,
     provider,
     start_latents,
@@ -39,10 +39,8 @@ from invokeai.backend.families.flux.constants import DEFAULT_GUIDANCE, SIZE_MULT
 from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
 
 if TYPE_CHECKING:
-    from invokeai.app.services.model_records import ModelRecord
-    from invokeai.backend.generation.preview import RgbProjection
+    pass
 
-logger = logging.getLogger(__name__)
 
 FAMILY = FLUX.name
 
@@ -56,25 +54,6 @@ def _check_multiple(value: int) -> int:
     if value % SIZE_MULTIPLE:
         raise ValueError(f"must be a multiple of {SIZE_MULTIPLE}, got {value}")
     return value
-
-
-def _preview_projection(context: InvocationContext, record: ModelRecord) -> RgbProjection | None:
-    """The preview map of the VAE that will decode these latents, fitted the first time on the execution device;
-    None (no previews) when it cannot be had, since a preview is never worth failing a generation for. The missing
-    VAE itself is reported by flux_vae_decode."""
-    from invokeai.backend.families.flux import generation
-    from invokeai.backend.generation.preview import FIT_COLOURS, FIT_SIZE
-
-    try:
-        source = provider(context, record, "vae")
-        known = generation.known_preview_projection(context.models.load(source, "vae"))
-        if known is not None:
-            return known
-        with context.models.on_device(source, "vae_encode", width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS) as vae:
-            return generation.preview_projection(vae)
-    except Exception as error:
-        logger.warning("flux_denoise: no step previews for model %r: %s", record.name, error)
-        return None
 
 
 class FluxTextEncoderInvocation(BaseInvocation):
@@ -155,7 +134,9 @@ class FluxDenoiseInvocation(BaseInvocation):
             init_latents = start_latents(context, record, LATENTS, self.latents.latents_name, self.width, self.height)
         pipeline = provider(context, record, "scheduler")
         scheduler = FLUX.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
-        on_step = step_reporter(context, _preview_projection(context, record))
+        on_step = step_reporter(
+            context, fitted_preview(context, record, generation.known_preview_projection, generation.preview_projection)
+        )
         with context.models.on_device(
             record, "transformer", width=self.width, height=self.height, prompt_tokens=embeds.shape[1]
         ) as transformer:

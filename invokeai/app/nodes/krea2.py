@@ -9,7 +9,6 @@ node; a graph may also name a different model per node.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -30,6 +29,7 @@ from invokeai.app.nodes.model_use import (
     TensorKind,
     decode_latents,
     family_model,
+    fitted_preview,
     latents_output,
     provider,
     step_reporter,
@@ -40,9 +40,7 @@ from invokeai.backend.families.krea2.descriptor import FAMILY as KREA2
 if TYPE_CHECKING:
     from invokeai.app.services.model_records import ModelRecord
     from invokeai.backend.families.krea2.generation import Krea2Settings
-    from invokeai.backend.generation.preview import RgbProjection
 
-logger = logging.getLogger(__name__)
 
 FAMILY = NAME
 SIZE_MULTIPLE = CONSTANTS.size_multiple  # the VAE's 8 times the transformer's 2x2 patches
@@ -60,27 +58,6 @@ def _pipeline_settings(record: ModelRecord) -> Krea2Settings:
 
     index = Path(record.path) / "model_index.json"
     return Krea2Settings.from_model_index(json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {})
-
-
-def _preview_projection(context: InvocationContext, record: ModelRecord) -> RgbProjection | None:
-    """The preview map of the VAE that will decode these latents, fitted the first time on the execution device;
-    None (no previews) when it cannot be had, since a preview is never worth failing a generation for. The missing
-    VAE itself is reported by krea2_vae_decode."""
-    from invokeai.backend.families.krea2 import generation as krea2
-    from invokeai.backend.generation.preview import FIT_COLOURS, FIT_SIZE
-
-    try:
-        source = provider(context, record, "vae")
-        known = krea2.known_preview_projection(context.models.load(source, "vae"))
-        if known is not None:
-            return known
-        # Krea-2 has no encode estimator (no node encodes); the decoder is the heavier half of the VAE, so its
-        # estimate at the fit's size and batch bounds the encoder's.
-        with context.models.on_device(source, "vae_decode", width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS) as vae:
-            return krea2.preview_projection(vae)
-    except Exception as error:
-        logger.warning("krea2_denoise: no step previews for model %r: %s", record.name, error)
-        return None
 
 
 class Krea2TextEncoderInvocation(BaseInvocation):
@@ -154,7 +131,9 @@ class Krea2DenoiseInvocation(BaseInvocation):
         settings = _pipeline_settings(pipeline)
         scheduler = KREA2.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
 
-        on_step = step_reporter(context, _preview_projection(context, record))
+        on_step = step_reporter(
+            context, fitted_preview(context, record, krea2.known_preview_projection, krea2.preview_projection)
+        )
         # INVOKE_KREA2_SDPA_BACKEND (the SDPA window and per-step benchmark) is read by krea2.denoise itself.
         with context.models.on_device(
             record,

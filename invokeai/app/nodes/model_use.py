@@ -4,6 +4,7 @@ manager's business: a node asks `context.models.on_device(record, operation, **f
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from invokeai.app.nodes.image import ImageOutput
 from invokeai.app.nodes.model_fields import LatentsField, LatentsOutput
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +43,34 @@ def provider(context: InvocationContext, record: ModelRecord, component: str) ->
     if component in context.models.components(record):
         return record
     return context.models.companion(record, component)
+
+
+def fitted_preview(
+    context: InvocationContext,
+    record: ModelRecord,
+    known: Callable[[Any], RgbProjection | None],
+    fit: Callable[[Any], RgbProjection],
+) -> RgbProjection | None:
+    """The step-preview map of the VAE that will decode `record`'s latents: `known(vae)` where the VAE has a known
+    one, else `fit(vae)` on the execution device with the fit's working memory reserved. None (no previews) when it
+    cannot be had, since a preview is never worth failing a generation for; the missing VAE itself is reported by
+    the family's decode node."""
+    from invokeai.backend.families import get_family
+    from invokeai.backend.generation.preview import FIT_COLOURS, FIT_SIZE
+
+    try:
+        source = provider(context, record, "vae")
+        projection = known(context.models.load(source, "vae"))
+        if projection is not None:
+            return projection
+        # The fit encodes. A family without an encode estimator (none of its nodes encodes) is priced by its decode,
+        # the heavier half of the VAE, whose estimate at the fit's size and batch bounds the encoder's.
+        operation = "vae_encode" if "vae_encode" in get_family(source.family).operations else "vae_decode"
+        with context.models.on_device(source, operation, width=FIT_SIZE, height=FIT_SIZE, batch=FIT_COLOURS) as vae:
+            return fit(vae)
+    except Exception as error:
+        logger.warning("%s: no step previews for model %r: %s", context.node_type, record.name, error)
+        return None
 
 
 def step_reporter(context: InvocationContext, projection: RgbProjection | None) -> Callable[[int, int, Any], None]:
