@@ -39,3 +39,35 @@ def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Callable[..., StandInDispatch
         return stand_in
 
     return make
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """The tests' PostgreSQL server (tests/postgres_support.py): a skip where this machine has none, unless
+    INVOKEAI_TEST_POSTGRES_REQUIRED is set (as `.ci/run` sets it), where it is a failure."""
+    import os
+
+    from postgres_support import REQUIRED_ENV, PostgresUnavailable, PrivatePostgres
+
+    try:
+        with PrivatePostgres() as server:
+            yield server
+    except PostgresUnavailable as error:
+        if os.environ.get(REQUIRED_ENV):
+            raise
+        pytest.skip(str(error))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Any) -> Iterator[str]:
+    """A new, empty database on the tests' server, dropped after the test (with whatever still holds it open)."""
+    import uuid
+
+    import psycopg
+
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield postgres_server.database_url(name)
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
