@@ -8,6 +8,7 @@ from invokeai.app.services.migrations.m002_session_queue import migration as m00
 from invokeai.app.services.migrations.m003_models import migration as m003_models
 from invokeai.app.services.migrations.m004_queue_graphs import migration as m004_queue_graphs
 from invokeai.app.services.migrations.m005_queue_origin import migration as m005_queue_origin
+from invokeai.app.services.migrations.m006_queue_claims import migration as m006_queue_claims
 
 MIGRATIONS: list[Migration] = [
     m001_images,
@@ -15,6 +16,7 @@ MIGRATIONS: list[Migration] = [
     m003_models,
     m004_queue_graphs,
     m005_queue_origin,
+    m006_queue_claims,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]
