@@ -8,10 +8,11 @@ from pathlib import Path
 
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.events import EventBus
-from invokeai.app.services.images import THUMBNAILS_DIR, ImageService
+from invokeai.app.services.images import TEMPORARY_PREFIX, THUMBNAILS_DIR, ImageService
 from invokeai.app.services.model_install import ModelInstallService
 from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelRecordService
+from invokeai.app.services.owned_temporaries import is_leftover
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
@@ -60,12 +61,14 @@ class Services:
 
 
 def remove_leftover_temporaries(outputs_dir: Path) -> None:
-    """An image is written to a .tmp-* file and renamed into place; a kill in between leaves the .tmp-* behind."""
+    """An image is written to a .tmp-* file and renamed into place; a kill in between leaves the .tmp-* behind.
+    Only leftovers go (owned_temporaries.is_leftover): in a shared outputs_dir, another live server's write in
+    progress stays."""
     for folder in (outputs_dir, outputs_dir / THUMBNAILS_DIR):
-        for leftover in folder.glob(".tmp-*"):
-            if leftover.is_file():
-                leftover.unlink(missing_ok=True)
-                logger.info("Removed %s, left by an image write that did not finish", leftover)
+        for temporary in folder.glob(f"{TEMPORARY_PREFIX}*"):
+            if temporary.is_file() and is_leftover(temporary, TEMPORARY_PREFIX):
+                temporary.unlink(missing_ok=True)
+                logger.info("Removed %s, left by an image write that did not finish", temporary)
 
 
 def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:

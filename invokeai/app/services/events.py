@@ -295,7 +295,9 @@ class EventBus:
     def __init__(self, max_pending: int = 1000) -> None:
         self._lock = threading.Lock()
         self._subscriptions: list[Subscription] = []
-        self._listeners: list[tuple[Listener, EventNames]] = []
+        # (listener, names, forwards): a forwarding listener (the relay to other servers) passes events on rather
+        # than showing them, so it does not ask for step previews (wants_previews).
+        self._listeners: list[tuple[Listener, EventNames, bool]] = []
         self._max_pending = max_pending
         self._closed = False
 
@@ -303,7 +305,7 @@ class EventBus:
         """Send `event` to its queue's subscribers and to every listener. Safe from any thread."""
         name = event.event_name
         with self._lock:
-            listeners = [listener for listener, names in self._listeners if _named(names, name)]
+            listeners = [listener for listener, names, _ in self._listeners if _named(names, name)]
             targets = [sub for sub in self._subscriptions if sub.takes(name, event.queue_id)]
             # Delivered under the lock: two threads publishing at once still reach every subscriber in one order.
             dead = [sub for sub in targets if not sub.deliver(event)]
@@ -315,11 +317,12 @@ class EventBus:
             except Exception:
                 logger.exception("Event listener %r failed on %s", listener, event.event_name)
 
-    def add_listener(self, listener: Listener, names: EventNames = None) -> None:
+    def add_listener(self, listener: Listener, names: EventNames = None, *, forwards: bool = False) -> None:
         """Call `listener(event)` on the publishing thread for every event (or every event named in `names`); it
-        must return quickly."""
+        must return quickly. `forwards`: the listener sends events on to other servers, which never get a step's
+        preview image (see wants_previews)."""
         with self._lock:
-            self._listeners.append((listener, names))
+            self._listeners.append((listener, names, forwards))
 
     def subscribe(self, queue_id: str, names: EventNames = None) -> Subscription:
         """From the event loop that will read the subscription (of every event of the queue, or those named in
@@ -341,14 +344,33 @@ class EventBus:
         """Whether an event of that name and queue, published now, would reach any subscriber or listener: a
         publisher skips building what nobody takes (a denoise step's preview and progress event)."""
         with self._lock:
-            return any(_named(names, event_name) for _, names in self._listeners) or any(
+            return any(_named(names, event_name) for _, names, _ in self._listeners) or any(
                 sub.takes(event_name, queue_id) for sub in self._subscriptions
+            )
+
+    def wants_previews(self, queue_id: str) -> bool:
+        """Whether a step's preview image would reach anyone here: a subscriber or a listener of this server. The
+        relay to other servers sends progress without the image, so it alone is not worth a preview's GPU sync
+        and JPEG."""
+        name = InvocationProgressEvent.event_name
+        with self._lock:
+            return any(_named(names, name) for _, names, forwards in self._listeners if not forwards) or any(
+                sub.takes(name, queue_id) for sub in self._subscriptions
             )
 
     @property
     def subscriber_count(self) -> int:
         with self._lock:
             return len(self._subscriptions)
+
+    def end_streams(self) -> None:
+        """End every stream now, as an overflow would, and go on taking new ones: after events may have been lost
+        (the relay lost its connection), a client reconnects and re-reads the queue rather than trusting a stream
+        with a hole in it."""
+        with self._lock:
+            for sub in self._subscriptions:
+                sub.deliver(_END)
+            self._subscriptions.clear()
 
     def close(self) -> None:
         """End every stream (at shutdown: the server waits for open responses before it stops)."""

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 from pydantic import BaseModel, Field
 
+from invokeai.app.services.owned_temporaries import temporary_name
 from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.timestamps import now_iso
 
@@ -74,8 +75,9 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
     """Write through a temporary file in the same folder, so that readers never see half a file.
 
     Created with mode 0666 less the umask, as any file the process writes: tempfile.mkstemp would make it 0600,
-    and the image would keep that mode after the rename."""
-    tmp = path.parent / f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}{path.suffix}"
+    and the image would keep that mode after the rename. Named with this host and process: outputs_dir may be shared
+    by several servers, and one starting up must tell a live server's write from a dead one's leftover."""
+    tmp = path.parent / temporary_name(TEMPORARY_PREFIX, path.suffix)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -30,6 +30,7 @@ from invokeai.app.services.model_records import (
     ModelRecordService,
     check_model_name,
 )
+from invokeai.app.services.owned_temporaries import is_leftover, owner_tag
 from invokeai.backend.models.errors import UnsupportedModelError
 from invokeai.backend.models.probe import ProbeResult, probe_model
 from invokeai.backend.models.safetensors_header import read_safetensors_header
@@ -221,7 +222,9 @@ class ModelInstallService:
         if target.exists():
             raise DuplicateModelNameError(f"{target} already exists on disk; choose another name or remove it")
         # In the destination's folder, so that the final rename is atomic (one filesystem).
-        staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=family_dir))
+        # Named with this host and process: models_dir may be shared, and a server starting up must not take
+        # another live server's copy in progress for a leftover (remove_stale_staging).
+        staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{owner_tag()}-", dir=family_dir))
         try:
             staged = staging / target.name
             model_hash = self._copy(probe, staged, name)
@@ -259,11 +262,13 @@ class ModelInstallService:
         return _combined_hash(probe.path, digests) if self._hash_models else None
 
     def remove_stale_staging(self) -> None:
-        """Remove the staging folders of installs that a killed server left half done. Only at start: while the
-        server runs, a staging folder may belong to an install in progress."""
-        for leftover in self.models_dir.glob(f"*/{_STAGING_PREFIX}*"):
-            logger.info("Removing %s, left by an install that did not finish", leftover)
-            shutil.rmtree(leftover, ignore_errors=True)
+        """Remove the staging folders of installs that a killed server left half done: this host's whose process
+        is gone, and any untouched for a long time (owned_temporaries.is_leftover). Another live server's install
+        in progress in a shared models_dir is left alone."""
+        for staging in self.models_dir.glob(f"*/{_STAGING_PREFIX}*"):
+            if is_leftover(staging, _STAGING_PREFIX):
+                logger.info("Removing %s, left by an install that did not finish", staging)
+                shutil.rmtree(staging, ignore_errors=True)
 
     def delete(self, key: str) -> ModelRecord:
         """Delete the record; and its files when the server put them there (copied or built), never a model that

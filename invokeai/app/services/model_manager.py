@@ -3,6 +3,7 @@ cache, and hold it on the execution device with its working memory reserved."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,8 +34,30 @@ def probe_of(record: ModelRecord) -> ProbeResult:
     )
 
 
+class ModelFilesMissingError(RuntimeError):
+    """A recorded model whose files this host cannot see: with several servers on one database the records are
+    shared, and each host must see the files at the recorded path (a shared models_dir, docs/scale.md)."""
+
+    def __init__(self, record: ModelRecord, path: str | Path) -> None:
+        super().__init__(
+            f"model {record.name!r}: {path} cannot be read on host {socket.gethostname()}; every server needs the "
+            f"model's files at the path in its record (a models_dir that every host mounts at the same path)"
+        )
+        self.path = str(path)
+
+
 def cache_key(record: ModelRecord, component: str) -> str:
     return f"{record.key}:{component}"
+
+
+@contextmanager
+def _files_of(record: ModelRecord) -> Iterator[None]:
+    """Reading the model's files: one missing here (a file inside a folder this host sees only in part) is
+    ModelFilesMissingError, naming the host and the file, not a bare FileNotFoundError from a loader."""
+    try:
+        yield
+    except FileNotFoundError as error:
+        raise ModelFilesMissingError(record, error.filename or record.path) from error
 
 
 class ModelManager:
@@ -51,22 +74,32 @@ class ModelManager:
         self._small_lock = threading.Lock()
 
     def resolve(self, ident: ModelIdentifier) -> ModelRecord:
-        """The record a graph's model field names. ModelNotFoundError says which key or name is missing."""
+        """The record a graph's model field names. ModelNotFoundError says which key or name is missing;
+        ModelFilesMissingError that this host cannot see its files."""
         if ident.key is not None:
-            return self.records.get(ident.key)
-        assert ident.name is not None  # ModelIdentifier guarantees one of them
-        return self.records.get_by_name(ident.name)
+            record = self.records.get(ident.key)
+        else:
+            assert ident.name is not None  # ModelIdentifier guarantees one of them
+            record = self.records.get_by_name(ident.name)
+        self._probe(record)
+        return record
+
+    def _probe(self, record: ModelRecord) -> ProbeResult:
+        """probe_of(record), once its path is known to be there on this host."""
+        probe = probe_of(record)
+        if not probe.path.exists():
+            raise ModelFilesMissingError(record, probe.path)
+        return probe
 
     def components(self, record: ModelRecord) -> list[str]:
         return list(components_of(probe_of(record)))
 
     def _loader(self, record: ModelRecord, component: str) -> Any:
         # Loaded on the CPU in the execution dtype: the cache keeps it in RAM and moves it to the device on demand.
-        probe = probe_of(record)
-
         def load() -> Any:
             route_ml_library_logging()
-            return load_component(probe, component, device="cpu", dtype=self.dtype)
+            with _files_of(record):
+                return load_component(self._probe(record), component, device="cpu", dtype=self.dtype)
 
         return load
 
@@ -84,7 +117,8 @@ class ModelManager:
     def config(self, record: ModelRecord, component: str) -> dict[str, Any]:
         """The component's config, read from the model's files: what an estimate needs, without loading the module
         (a model larger than the cache would otherwise be loaded twice, once for its config and once to run)."""
-        return architecture(probe_of(record), component)
+        with _files_of(record):
+            return architecture(self._probe(record), component)
 
     def facts(self, **facts: Any) -> CallFacts:
         """The facts of one call on this manager's execution device and dtype (see CallFacts for the rest)."""

@@ -85,6 +85,11 @@ class SessionProcessor:
     def _on_enqueued(self, event: EventBase) -> None:
         self._wake.set()
 
+    def wake(self) -> None:
+        """Look for pending items now: after the relay reconnects, an enqueue on another server may have been
+        missed."""
+        self._wake.set()
+
     # Control, from any thread.
 
     def start(self) -> None:
@@ -197,7 +202,10 @@ class SessionProcessor:
                 # Unwatched, a step costs nothing here: the preview (a GPU sync and a JPEG) is made for a reader.
                 if not self._events.is_wanted(InvocationProgressEvent.event_name, item.queue_id):
                     return
-                image = preview_image(make_preview()) if make_preview is not None else None
+                # Only for a reader here: other servers get the progress without its image (docs/scale.md).
+                image = None
+                if make_preview is not None and self._events.wants_previews(item.queue_id):
+                    image = preview_image(make_preview())
                 percentage = step / total if total > 0 else 0.0
                 self._events.publish(
                     InvocationProgressEvent(**ids, step=step, total=total, percentage=percentage, image=image)
