@@ -7,15 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from invokeai.app.config import InvokeAIAppConfig
+from invokeai.app.services.advisory_lock import server_lock
+from invokeai.app.services.database import Database, open_database
+from invokeai.app.services.event_relay import EventRelay
 from invokeai.app.services.events import EventBus
 from invokeai.app.services.images import TEMPORARY_PREFIX, THUMBNAILS_DIR, ImageService
 from invokeai.app.services.model_install import ModelInstallService
 from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelRecordService
 from invokeai.app.services.owned_temporaries import is_leftover
+from invokeai.app.services.queue_leases import LeaseKeeper
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
-from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.devices import choose_device, choose_dtype
@@ -24,11 +27,13 @@ logger = logging.getLogger(__name__)
 
 MEGABYTE = 1024 * 1024
 GIGABYTE = 1024 * MEGABYTE
+POSTGRES_POLL_SECONDS = 0.5
+DEMO_MODELS_WAIT = "Waiting for another server on the database to finish installing the demo models"
 
 
 @dataclass
 class Services:
-    db: SqliteDatabase
+    db: Database
     events: EventBus
     images: ImageService
     queue: SessionQueue
@@ -36,27 +41,45 @@ class Services:
     models: ModelManager
     installer: ModelInstallService
     tensors: TensorStore
+    leases: LeaseKeeper
+    # With database_url: this server's events to the others on the database, and theirs to this one's bus.
+    relay: EventRelay | None = None
+    database_url: str = ""
 
     def start(self, run_processor: bool = True, demo_models: bool = False) -> None:
         """demo_models: install the demo models if no model is installed (before the processor takes items)."""
+        if self.relay is not None:
+            # First: what the start publishes (items it recovers) reaches the other servers' clients too.
+            self.relay.start()
         recovered = self.queue.recover_interrupted()
         if recovered:
-            logger.info("Canceled %d queue item(s) that were running when the server last stopped", recovered)
+            logger.info(
+                "%s %d queue item(s) that were running when their server stopped",
+                "Requeued" if self.queue.requeue_interrupted else "Canceled",
+                recovered,
+            )
         self.installer.remove_stale_staging()
         remove_leftover_temporaries(self.images.outputs_dir)
         if demo_models:
             from invokeai.app.services.demo_models import install_demo_models
 
             try:
-                install_demo_models(self.installer)
+                # One server at a time: two first starts on one database would both find no model recorded and
+                # build into the shared models_dir at once. The second waits, then finds them recorded and skips.
+                with server_lock(self.database_url, "install_demo_models", DEMO_MODELS_WAIT):
+                    install_demo_models(self.installer)
             except Exception:
                 # The server is useful without them (models can be installed over the API): say why, and go on.
                 logger.exception("Could not install the demo models")
+        self.leases.start()
         if run_processor:
             self.processor.start()
 
     def stop(self) -> None:
         self.processor.stop()
+        if self.relay is not None:
+            self.relay.stop()  # after the processor: the cancels of its stop reach the other servers
+        self.leases.stop()
         self.db.close()
 
 
@@ -73,15 +96,28 @@ def remove_leftover_temporaries(outputs_dir: Path) -> None:
 
 def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     """Open (or create and migrate) the database and build the services on it; starts nothing."""
-    db = SqliteDatabase(None if config.use_memory_db else config.db_file)
+    db = open_database(config)
     images = ImageService(db, config.outputs_path, config.max_upload_mb * MEGABYTE)
-    queue = SessionQueue(db, events, config.max_queue_size, config.max_graph_nodes)
+    queue = SessionQueue(
+        db,
+        events,
+        config.max_queue_size,
+        config.max_graph_nodes,
+        lease_seconds=config.queue_lease_seconds,
+        requeue_interrupted=config.requeue_interrupted,
+    )
     models = build_model_manager(config, ModelRecordService(db))
     installer = ModelInstallService(
         models.records, config.models_path, events, hash_models=config.hash_models, on_delete=models.forget
     )
     tensors = TensorStore()
-    processor = SessionProcessor(queue, images, events, models, tensors)
+    # On a shared PostgreSQL queue, items and a resume may come from other servers, which this one is not told of.
+    poll = POSTGRES_POLL_SECONDS if db.dialect == "postgresql" else None
+    processor = SessionProcessor(queue, images, events, models, tensors, poll_seconds=poll)
+    relay = None
+    if config.database_url:
+        relay = EventRelay(config.database_url, events)
+        relay.on_resync(processor.wake)
     return Services(
         db=db,
         events=events,
@@ -91,6 +127,9 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         models=models,
         installer=installer,
         tensors=tensors,
+        leases=LeaseKeeper(queue),
+        relay=relay,
+        database_url=config.database_url,
     )
 
 

@@ -14,7 +14,6 @@ repeat (a batch sent again after a commit whose outcome was lost) and warns of a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from invokeai.app.services.advisory_lock import lock_key
 from invokeai.app.services.events import EVENT_TYPES, EventBase, EventBus, InvocationProgressEvent
 from invokeai.app.services.owned_temporaries import host_name
 
@@ -65,10 +65,6 @@ _NOTIFY_STORED = f"""
 WITH stored AS (INSERT INTO {PAYLOAD_TABLE} (payload) VALUES (%s) RETURNING id)
 SELECT pg_notify(%s, json_build_object('o', %s::text, 's', %s::bigint, 'n', %s::text, 'r', stored.id)::text)
 FROM stored"""
-
-
-def _lock_key(name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 @dataclass(frozen=True)
@@ -124,7 +120,7 @@ class EventRelay:
         publishes after this returns reaches the local bus. Raises psycopg.Error if the database is unreachable."""
         with self._connect("sender") as conn, conn.transaction():
             # CREATE TABLE IF NOT EXISTS is not safe against itself: two servers starting at once take turns.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(PAYLOAD_TABLE),))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(PAYLOAD_TABLE),))
             conn.execute(_CREATE_TABLE)
         self._listen_conn = self._connect_listener()
         self._stop.clear()

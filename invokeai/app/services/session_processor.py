@@ -64,7 +64,10 @@ class SessionProcessor:
         events: EventBus,
         models: ModelManager | None = None,
         tensors: TensorStore | None = None,
+        poll_seconds: float | None = None,
     ) -> None:
+        """poll_seconds: look at the queue at least this often even without a local enqueue (a shared PostgreSQL
+        queue gets items, and a resume, from other servers); None: only when woken."""
         self._queue = queue
         self._images = images
         self._models = models
@@ -72,10 +75,7 @@ class SessionProcessor:
         self._events = events
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._paused = threading.Event()
-        # A pause lasts across a restart: whoever paused it expects no item to start until they resume.
-        if queue.is_paused():
-            self._paused.set()
+        self._poll_seconds = poll_seconds
         self._running_item: int | None = None
         self._thread: threading.Thread | None = None
         events.add_listener(
@@ -108,19 +108,18 @@ class SessionProcessor:
             self._thread = None
 
     def pause(self) -> ProcessorStatus:
-        """Take no further items; the running one (if any) runs to its end. Kept across a restart."""
+        """Take no further items; the running one (if any) runs to its end. Kept in the database: it lasts across a
+        restart, and on a shared queue it pauses every server (the claim reads it)."""
         self._queue.set_paused(True)
-        self._paused.set()
         return self.status()
 
     def resume(self) -> ProcessorStatus:
         self._queue.set_paused(False)
-        self._paused.clear()
         self._wake.set()
         return self.status()
 
     def status(self) -> ProcessorStatus:
-        started = self._thread is not None and self._thread.is_alive() and not self._paused.is_set()
+        started = self._thread is not None and self._thread.is_alive() and not self._queue.is_paused()
         return ProcessorStatus(is_started=started, is_processing=self._running_item is not None)
 
     # The worker thread.
@@ -130,13 +129,13 @@ class SessionProcessor:
             # Cleared before looking, so an enqueue after the look still wakes the wait below.
             self._wake.clear()
             try:
-                item = None if self._paused.is_set() else self._queue.dequeue()
+                item = self._queue.dequeue()  # None while paused: the claim reads the shared flag
             except Exception:
                 logger.exception("Could not take the next queue item")
                 self._stop.wait(1.0)  # database trouble: retry, but not in a tight loop
                 continue
             if item is None:
-                self._wake.wait()
+                self._wake.wait(self._poll_seconds)
                 continue
             self._running_item = item.item_id
             try:

@@ -1,14 +1,18 @@
-"""The session queue: queue items in SQLite, from enqueue through pending -> in_progress -> a finished status.
+"""The session queue: queue items in the database (SQLite or PostgreSQL), from enqueue through pending ->
+in_progress -> a finished status.
 
-Every status change goes through this class, which publishes queue_item_status_changed after it commits.
+Every status change goes through this class, which publishes queue_item_status_changed after it commits. Several
+servers may share one PostgreSQL queue: an item is claimed by one worker, carries a lease that its server renews,
+and is recovered by any server once the lease runs out.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
-import sqlite3
+import socket
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
@@ -18,6 +22,7 @@ from pydantic import TypeAdapter
 
 from invokeai.app.nodes.graph import Graph
 from invokeai.app.services.batch import expand_batch, item_count
+from invokeai.app.services.database import Cursor, Database, Row, skip_locked
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     EventBus,
@@ -40,12 +45,13 @@ from invokeai.app.services.queue_models import (
     SessionState,
     new_id,
 )
-from invokeai.app.services.sqlite import SqliteDatabase
-from invokeai.app.services.timestamps import now_iso
+from invokeai.app.services.timestamps import iso_in, now_iso
 
 logger = logging.getLogger(__name__)
 
 RESTART_REASON = "the server stopped while this item was running"
+LEASE_EXPIRED_REASON = "its server stopped while it was running"
+DEFAULT_LEASE_SECONDS = 30
 SHUTDOWN_REASON = "the server was shutting down"
 CANCEL_REASON = "canceled by request"
 
@@ -89,7 +95,7 @@ GraphCache = dict[int, tuple[dict[str, Any], Graph]]
 GraphTexts = dict[int, str | None]
 
 
-def _status_fields(row: sqlite3.Row) -> dict[str, Any]:
+def _status_fields(row: Row) -> dict[str, Any]:
     return {name: row[name] for name in _STATUS_COLUMNS}
 
 
@@ -103,7 +109,7 @@ def _loads(text: object) -> Any:
     return value
 
 
-def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], texts: GraphTexts, graphs: GraphCache) -> Graph:
+def _graph(row: Row, field_values: list[NodeFieldValue], texts: GraphTexts, graphs: GraphCache) -> Graph:
     """The batch's graph with this item's batch data put in (validated when the batch was enqueued)."""
     graph_id = row["graph_id"]
     if graph_id not in graphs:
@@ -123,7 +129,7 @@ def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], texts: GraphTex
     return Graph.model_validate({**data, "nodes": nodes})
 
 
-def _item(row: sqlite3.Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
+def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
     """The item as stored; a row that cannot be read back (damaged) is returned with read_error saying why."""
     try:
         field_values = (
@@ -154,7 +160,7 @@ def _adapter(name: str) -> TypeAdapter[Any]:
     return TypeAdapter(SessionQueueItem.model_fields[name].annotation)
 
 
-def _unreadable_item(row: sqlite3.Row, error: Exception) -> SessionQueueItem:
+def _unreadable_item(row: Row, error: Exception) -> SessionQueueItem:
     """Every column that still reads as its type, without the session; read_error says what is wrong."""
     reason = f"the stored item cannot be read: {type(error).__name__}: {error}"
     if len(reason) > _READ_ERROR_CHARS:
@@ -173,7 +179,7 @@ def _unreadable_item(row: sqlite3.Row, error: Exception) -> SessionQueueItem:
     )
 
 
-def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
+def _status_event(row: Row) -> QueueItemStatusChangedEvent:
     try:
         return QueueItemStatusChangedEvent(**_status_fields(row))
     except ValueError as error:  # a damaged row: the event says what still reads
@@ -181,16 +187,32 @@ def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
         return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS})
 
 
+def this_server() -> str:
+    """`<host>:<pid>`: what a claimed item's `worker` starts with, so that a server finds the items it runs."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 class SessionQueue:
     def __init__(
-        self, db: SqliteDatabase, events: EventBus, max_queue_size: int, max_graph_nodes: int | None = None
+        self,
+        db: Database,
+        events: EventBus,
+        max_queue_size: int,
+        max_graph_nodes: int | None = None,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        requeue_interrupted: bool = False,
+        server: str | None = None,
     ) -> None:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
         self.max_graph_nodes = max_graph_nodes  # None: no limit (the server passes its setting)
+        self.lease_seconds = lease_seconds
+        self.requeue_interrupted = requeue_interrupted
+        self.server = server or this_server()
 
-    def _items(self, rows: Sequence[sqlite3.Row]) -> list[SessionQueueItem]:
+    def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
         graph_ids = list({row["graph_id"] for row in rows})
         texts: GraphTexts = {}
@@ -204,11 +226,11 @@ class SessionQueue:
         graphs: GraphCache = {}
         return [_item(row, texts, graphs) for row in rows]
 
-    def _publish_changes(self, rows: Sequence[sqlite3.Row]) -> None:
+    def _publish_changes(self, rows: Sequence[Row]) -> None:
         for row in rows:
             self._events.publish(_status_event(row))
 
-    def _pending_count(self, cursor: sqlite3.Cursor) -> int:
+    def _pending_count(self, cursor: Cursor) -> int:
         return int(cursor.execute("SELECT COUNT(*) FROM session_queue WHERE status = 'pending'").fetchone()[0])
 
     def _check_room(self, pending: int, requested: int) -> None:
@@ -241,8 +263,10 @@ class SessionQueue:
             if prepend:
                 top = cursor.execute("SELECT MAX(priority) FROM session_queue WHERE status = 'pending'").fetchone()[0]
                 priority = max(top or 0, 0) + 1
-            cursor.execute("INSERT INTO session_queue_graphs (graph) VALUES (?)", (batch.graph.model_dump_json(),))
-            graph_id = cursor.lastrowid
+            graph_id = cursor.execute(
+                "INSERT INTO session_queue_graphs (graph) VALUES (?) RETURNING graph_id",
+                (batch.graph.model_dump_json(),),
+            ).fetchone()[0]
             cursor.executemany(
                 "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, graph_id, "
                 "field_values, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -318,32 +342,77 @@ class SessionQueue:
             self._check_room(self._pending_count(cursor), len(wanted))
             new_ids = []
             for item_id in wanted:
-                cursor.execute(
+                row = cursor.execute(
                     "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
                     "graph_id, field_values, retried_from_item_id, created_at, updated_at) "
                     "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, item_id, "
-                    "?, ? FROM session_queue WHERE item_id = ?",
+                    "?, ? FROM session_queue WHERE item_id = ? RETURNING item_id",
                     (new_id(), now, now, item_id),
-                )
-                new_ids.append(int(cursor.lastrowid or 0))
+                ).fetchone()
+                new_ids.append(int(row[0]))
         result = RetryItemsResult(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids)
         self._events.publish(QueueItemsRetriedEvent(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids))
         return result
 
-    def dequeue(self) -> SessionQueueItem | None:
-        """Mark the next pending item (highest priority, then oldest) in_progress and return it.
+    def dequeue(self, worker: str = "session-processor") -> SessionQueueItem | None:
+        """Claim the next pending item (highest priority, then oldest) for `worker` of this server: in_progress,
+        with a lease. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
         now = now_iso()
+        # One statement: the pause flag is read, and the item chosen and taken, at the moment of the claim. On
+        # PostgreSQL the chosen row stays locked until the claim commits, and rows other servers are claiming are
+        # skipped, so no item is ever claimed twice, however many servers ask at once.
         with self._db.transaction() as cursor:
             rows = cursor.execute(
-                "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ? WHERE item_id = "
-                "(SELECT item_id FROM session_queue WHERE status = 'pending' ORDER BY priority DESC, item_id LIMIT 1) "
-                "RETURNING *",
-                (now, now),
+                "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
+                "lease_expires_at = ? WHERE status = 'pending' AND item_id = (SELECT item_id FROM session_queue "
+                "WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0) "
+                f"ORDER BY priority DESC, item_id LIMIT 1 {skip_locked(self._db.dialect)}) RETURNING *",
+                (now, now, f"{self.server}/{worker}", iso_in(self.lease_seconds)),
             ).fetchall()
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
+
+    def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
+        """Extend the leases of the items this server runs (all of them, or those of `item_ids`); one statement.
+        Returns how many were renewed."""
+        prefix = f"{self.server}/"
+        where, params = "status = 'in_progress' AND substr(worker, 1, ?) = ?", [len(prefix), prefix]
+        if item_ids is not None:
+            if not item_ids:
+                return 0
+            where += f" AND item_id IN ({', '.join('?' for _ in item_ids)})"
+            params.extend(item_ids)
+        with self._db.transaction() as cursor:
+            return cursor.execute(
+                f"UPDATE session_queue SET lease_expires_at = ? WHERE {where}", (iso_in(self.lease_seconds), *params)
+            ).rowcount
+
+    def recover_expired(self) -> int:
+        """Every server's sweep: an item whose lease ran out was running on a server that stopped. It is canceled
+        with LEASE_EXPIRED_REASON, or put back as pending (requeue_interrupted); finished items are never touched."""
+        return self._recover("lease_expires_at < ?", (now_iso(),), LEASE_EXPIRED_REASON)
+
+    def _recover(self, where: str, params: Sequence[Any], reason: str) -> int:
+        now = now_iso()
+        if self.requeue_interrupted:
+            change = (
+                "status = 'pending', worker = NULL, lease_expires_at = NULL, started_at = NULL, updated_at = ?",
+                (now,),
+            )
+        else:
+            change = (
+                "status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ?, lease_expires_at = NULL",
+                (reason, now, now),
+            )
+        with self._db.transaction() as cursor:
+            rows = cursor.execute(
+                f"UPDATE session_queue SET {change[0]} WHERE status = 'in_progress' AND ({where}) RETURNING *",
+                (*change[1], *params),
+            ).fetchall()
+        self._publish_changes(rows)
+        return len(rows)
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
         """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
@@ -373,7 +442,7 @@ class SessionQueue:
             results=json.dumps(results),
         )
 
-    def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[sqlite3.Row]:
+    def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[Row]:
         now = now_iso()
         with self._db.transaction() as cursor:
             return cursor.execute(
@@ -386,7 +455,7 @@ class SessionQueue:
         """Cancel every pending or running item that matches, announced by one queue_items_canceled per queue:
         one event per item would make a bulk cancel look, to every reader of the stream, like falling behind."""
         rows = self._cancel_where(where, params, reason)
-        by_queue: dict[str, list[sqlite3.Row]] = {}
+        by_queue: dict[str, list[Row]] = {}
         for row in rows:
             by_queue.setdefault(row["queue_id"], []).append(row)
         for queue_id, canceled in by_queue.items():
@@ -441,8 +510,12 @@ class SessionQueue:
         return deleted
 
     def recover_interrupted(self) -> int:
-        """At startup: an item still in_progress was running when the server died; it is canceled with a reason."""
-        return self._cancel_many("status = 'in_progress'", (), RESTART_REASON)
+        """At startup. SQLite has one server per file: an item still in_progress was running when it stopped, and
+        is canceled with a reason (or requeued). On PostgreSQL other live servers run items: only those whose
+        lease ran out are recovered (the sweep)."""
+        if self._db.dialect == "postgresql":
+            return self.recover_expired()
+        return self._recover("1 = 1", (), RESTART_REASON)
 
     def is_running(self, item_id: int) -> bool:
         """False once the item was canceled or deleted: the processor's cancel check."""
@@ -464,7 +537,7 @@ class SessionQueue:
             if status is None
             else ("q.queue_id = ? AND q.status = ?", [queue_id, status])
         )
-        with self._db.lock:
+        with self._db.read_transaction():
             total = self._db.execute(f"SELECT COUNT(*) AS n FROM session_queue q WHERE {where}", params)[0]["n"]
             rows = self._db.execute(
                 f"{_SELECT_ITEMS} WHERE {where} ORDER BY q.item_id LIMIT ? OFFSET ?", (*params, limit, offset)
@@ -489,7 +562,7 @@ class SessionQueue:
         return counts
 
     def status(self, queue_id: str) -> QueueCounts:
-        with self._db.lock:
+        with self._db.read_transaction():
             counts = self.counts_by_status(queue_id)
             running = self._db.execute(
                 "SELECT item_id, batch_id, session_id FROM session_queue WHERE queue_id = ? AND status = 'in_progress'",
