@@ -8,14 +8,20 @@ both ends read one clock). Three loads:
 - a burst: 2000 events published as fast as one thread can, each event's delay and the burst's rate;
 and one large event (30 kB, by way of the payload table) at a time.
 
+--servers: end to end instead, two `invokeai-web` processes on one database with a client on each one's event
+stream: 200 trivial items, enqueued 10 at a time through either; for each status change, the time between its
+arrival on the two streams (that of the server running the item, and that of the other).
+
 PostgreSQL: the server --database-url names (a database of its own is created there and dropped after; the role
 needs CREATEDB), or, without it, a private server started as tests/postgres_support.py starts the tests'.
-Run: python benchmarks/event_relay.py
+Run: python benchmarks/event_relay.py [--servers]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -98,11 +104,92 @@ def started(queue_id: str, n: int) -> InvocationStartedEvent:
     )
 
 
+class Stream:
+    """A client of one server's event stream (status changes only), read on a thread: when each arrived."""
+
+    def __init__(self, base: str) -> None:
+        import httpx
+
+        self.at: dict[tuple[int, str], float] = {}
+        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None))
+        self._open = threading.Event()
+        threading.Thread(target=self._read, args=(base,), daemon=True).start()
+        if not self._open.wait(30):
+            sys.exit(f"could not subscribe to {base}")
+
+    def _read(self, base: str) -> None:
+        import httpx
+
+        url = f"{base}/api/v1/queue/default/events?event=queue_item_status_changed"
+        try:
+            with self._client.stream("GET", url) as response:
+                self._open.set()
+                for line in response.iter_lines():
+                    if line.startswith("data:"):
+                        payload = json.loads(line[5:])
+                        self.at[(payload["item_id"], payload["status"])] = time.perf_counter()
+        except httpx.HTTPError:
+            pass  # closed at the end
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def across_servers(url: str) -> None:
+    import httpx
+    from _server import free_port, start_server, stop_server, wait_up
+
+    shared = Path(tempfile.mkdtemp(prefix="event-relay-servers-"))
+    processes, bases = [], []
+    try:
+        for index in range(2):
+            root = shared / f"root-{index}"
+            root.mkdir()
+            (root / "invokeai.yaml").write_text(
+                f"database_url: {url}\noutputs_dir: {shared / 'outputs'}\ninstall_demo_models: false\n"
+            )
+            port = free_port()
+            processes.append(start_server(root, port, threads=1))
+            bases.append(f"http://127.0.0.1:{port}")
+            wait_up(bases[-1], processes[-1], 180)
+        streams = [Stream(base) for base in bases]
+        graph = {"nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []}
+        ids: list[int] = []
+        with httpx.Client(timeout=30) as client:
+            for n in range(20):
+                response = client.post(
+                    f"{bases[n % 2]}/api/v1/queue/default/enqueue_batch", json={"batch": {"graph": graph, "runs": 10}}
+                )
+                ids += response.json()["item_ids"]
+                time.sleep(0.1)
+        wanted = {(item_id, status) for item_id in ids for status in ("in_progress", "completed")}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(wanted <= set(stream.at) for stream in streams):
+            time.sleep(0.05)
+        for stream in streams:
+            stream.close()
+        both = [key for key in wanted if all(key in stream.at for stream in streams)]
+        delays = sorted(abs(streams[0].at[key] - streams[1].at[key]) for key in both)
+        p95 = statistics.quantiles(delays, n=20)[18]
+        print(
+            f"{'two servers, event streams':<28} p50 {statistics.median(delays) * 1000:6.2f} ms, p95 "
+            f"{p95 * 1000:6.2f} ms ({len(both)} of {len(wanted)} status changes on both streams)"
+        )
+    finally:
+        for process in processes:
+            stop_server(process)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", help="a PostgreSQL server to use (default: a private one)")
+    parser.add_argument("--servers", action="store_true", help="end to end: two invokeai-web processes")
     args = parser.parse_args()
     with database(args.database_url) as url:
+        if args.servers:
+            across_servers(url)
+            return 0
         sender_bus, receiver_bus = EventBus(), EventBus()
         relays = [EventRelay(url, sender_bus), EventRelay(url, receiver_bus)]
         for relay in relays:
