@@ -359,20 +359,34 @@ class SessionQueue:
         with a lease. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
-        now = now_iso()
-        # One statement: the pause flag is read, and the item chosen and taken, at the moment of the claim. On
-        # PostgreSQL the chosen row stays locked until the claim commits, and rows other servers are claiming are
-        # skipped, so no item is ever claimed twice, however many servers ask at once.
         with self._db.transaction() as cursor:
-            rows = cursor.execute(
-                "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
-                "lease_expires_at = ? WHERE status = 'pending' AND item_id = (SELECT item_id FROM session_queue "
-                "WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0) "
-                f"ORDER BY priority DESC, item_id LIMIT 1 {skip_locked(self._db.dialect)}) RETURNING *",
-                (now, now, f"{self.server}/{worker}", iso_in(self.lease_seconds)),
-            ).fetchall()
+            candidates = self.lock_pending(cursor, limit=1)
+            rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
+
+    def lock_pending(self, cursor: Cursor, limit: int, columns: str = "item_id") -> list[Row]:
+        """In a claiming transaction: the next `limit` pending items in run order, none while the queue is paused.
+
+        On PostgreSQL they stay locked until the transaction ends, and items that other servers are claiming are
+        skipped rather than waited for: whatever the number of servers, no two claim the same item. SQLite's
+        transaction (BEGIN IMMEDIATE) already excludes every other writer."""
+        return cursor.execute(
+            f"SELECT {columns} FROM session_queue WHERE status = 'pending' "
+            "AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0) "
+            f"ORDER BY priority DESC, item_id LIMIT ? {skip_locked(self._db.dialect)}",
+            (limit,),
+        ).fetchall()
+
+    def claim(self, cursor: Cursor, item_id: int, worker: str) -> list[Row]:
+        """In the transaction that locked it (lock_pending): the item in_progress for `worker` of this server
+        (`<host>:<pid>/<worker>`), with a lease. Its row, to publish and return once the transaction commits."""
+        now = now_iso()
+        return cursor.execute(
+            "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
+            "lease_expires_at = ? WHERE item_id = ? AND status = 'pending' RETURNING *",
+            (now, now, f"{self.server}/{worker}", iso_in(self.lease_seconds), item_id),
+        ).fetchall()
 
     def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
         """Extend the leases of the items this server runs (all of them, or those of `item_ids`); one statement.
