@@ -143,6 +143,7 @@ def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
             origin=row["origin"],
             destination=row["destination"],
             retried_from_item_id=row["retried_from_item_id"],
+            worker=row["worker"],
             field_values=field_values or None,
             session=SessionState(
                 id=row["session_id"],
@@ -166,7 +167,7 @@ def _unreadable_item(row: Row, error: Exception) -> SessionQueueItem:
     if len(reason) > _READ_ERROR_CHARS:
         reason = reason[: _READ_ERROR_CHARS - 3] + "..."
     fields: dict[str, Any] = {}
-    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id"):
+    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id", "worker"):
         try:
             fields[name] = _adapter(name).validate_python(row[name])
         except Exception:  # a damaged column is left out, as far as its type allows
