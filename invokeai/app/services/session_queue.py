@@ -212,6 +212,10 @@ class SessionQueue:
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
+        # item_id -> the worker that claimed it, for the items this server runs. A server cut off from the database
+        # for longer than the lease may find its item recovered and claimed by another: it must then neither
+        # finish that run nor go on with its own (see _finish and is_running).
+        self._claims: dict[int, str] = {}
 
     def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -382,12 +386,15 @@ class SessionQueue:
     def claim(self, cursor: Cursor, item_id: int, worker: str) -> list[Row]:
         """In the transaction that locked it (lock_pending): the item in_progress for `worker` of this server
         (`<host>:<pid>/<worker>`), with a lease. Its row, to publish and return once the transaction commits."""
-        now = now_iso()
-        return cursor.execute(
+        now, holder = now_iso(), f"{self.server}/{worker}"
+        rows = cursor.execute(
             "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
             "lease_expires_at = ? WHERE item_id = ? AND status = 'pending' RETURNING *",
-            (now, now, f"{self.server}/{worker}", iso_in(self.lease_seconds), item_id),
+            (now, now, holder, iso_in(self.lease_seconds), item_id),
         ).fetchall()
+        if rows:
+            self._claims[item_id] = holder
+        return rows
 
     def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
         """Extend the leases of the items this server runs (all of them, or those of `item_ids`); one statement.
@@ -430,14 +437,17 @@ class SessionQueue:
         return len(rows)
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
-        """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
+        """Move a running item to a finished status; False if it was no longer running (canceled meanwhile, or
+        recovered from this server and claimed again elsewhere)."""
         now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
+        holder = self._claims.pop(item_id, None)
+        mine, params = ("", ()) if holder is None else (" AND worker = ?", (holder,))
         with self._db.transaction() as cursor:
             rows = cursor.execute(
                 f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
-                "WHERE item_id = ? AND status = 'in_progress' RETURNING *",
-                (status, *columns.values(), now, now, item_id),
+                f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *",
+                (status, *columns.values(), now, now, item_id, *params),
             ).fetchall()
         self._publish_changes(rows)
         return bool(rows)
@@ -533,9 +543,11 @@ class SessionQueue:
         return self._recover("1 = 1", (), RESTART_REASON)
 
     def is_running(self, item_id: int) -> bool:
-        """False once the item was canceled or deleted: the processor's cancel check."""
-        rows = self._db.execute("SELECT status FROM session_queue WHERE item_id = ?", (item_id,))
-        return bool(rows) and rows[0]["status"] == "in_progress"
+        """False once the item was canceled or deleted, or claimed by another worker since this server claimed it:
+        the processor's cancel check."""
+        rows = self._db.execute("SELECT status, worker FROM session_queue WHERE item_id = ?", (item_id,))
+        holder = self._claims.get(item_id)
+        return bool(rows) and rows[0]["status"] == "in_progress" and holder in (None, rows[0]["worker"])
 
     def get(self, queue_id: str, item_id: int) -> SessionQueueItem:
         rows = self._db.execute(f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id = ?", (queue_id, item_id))
