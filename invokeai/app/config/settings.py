@@ -227,8 +227,8 @@ class InvokeAIAppConfig(BaseSettings):
     requeue_interrupted: bool = setting(
         False,
         "What becomes of an item whose server stopped while it was running (its lease ran out, or on SQLite, "
-        "the server restarted): false: it is canceled with the reason 'its server stopped while it was running'; "
-        "true: it is put back as pending, to run again from its start.",
+        "the server restarted): false: it is canceled, with a reason that says its server stopped; true: it is put "
+        "back as pending, to run again from its start.",
         startup_only=True,
     )
     max_queue_size: int = setting(

@@ -6,6 +6,7 @@ it (also through `execute()`) is part of it; outside a transaction each statemen
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +20,9 @@ from psycopg_pool import ConnectionPool
 from invokeai.app.services.database import Dialect
 from invokeai.app.services.migrations import MIGRATIONS, Migration, run_migrations
 
-# Any fixed 64-bit number: the advisory lock every InvokAI server takes before it migrates a database.
+logger = logging.getLogger(__name__)
+
+# Any fixed 64-bit number: the advisory lock every InvokeAI server takes before it migrates a database.
 _MIGRATION_LOCK = 0x496E766F6B6541
 CONNECT_TIMEOUT_S = 10
 
@@ -160,6 +163,7 @@ class PostgresDatabase:
             name="invokeai",
         )
         self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
+        logger.info("Database: PostgreSQL %s, at most %d connections", self.where, pool_size)
         try:
             run_migrations(self, MIGRATIONS if migrations is None else migrations)
         except BaseException:
@@ -220,6 +224,11 @@ class PostgresDatabase:
         # Held to the end of the transaction: servers starting together on a fresh database migrate one at a time,
         # and each then finds the migration already recorded.
         cursor.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+
+    def dedicated_connection(self) -> psycopg.Connection[Row]:
+        """A connection of its own, outside the pool (autocommit, the same rows), for a long-lived use such as
+        LISTEN, which must not hold one of the pool's; the caller closes it."""
+        return psycopg.connect(self.url, autocommit=True, row_factory=_row_factory, connect_timeout=CONNECT_TIMEOUT_S)
 
     def close(self) -> None:
         self._pool.close()

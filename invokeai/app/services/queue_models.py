@@ -116,6 +116,11 @@ class SessionQueueItem(BaseModel):
     retried_from_item_id: int | None = Field(
         None, description="For an item made by retry_items_by_id: the failed or canceled item it retries."
     )
+    worker: str | None = Field(
+        None,
+        description="Who runs or ran the item, `<host>:<pid>/<worker>` of its server; null until it is claimed "
+        "(and again once requeued).",
+    )
     read_error: str | None = Field(
         None,
         description="Set when the stored item cannot be read back (a damaged row): why. Its session and "

@@ -143,6 +143,7 @@ def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
             origin=row["origin"],
             destination=row["destination"],
             retried_from_item_id=row["retried_from_item_id"],
+            worker=row["worker"],
             field_values=field_values or None,
             session=SessionState(
                 id=row["session_id"],
@@ -166,7 +167,7 @@ def _unreadable_item(row: Row, error: Exception) -> SessionQueueItem:
     if len(reason) > _READ_ERROR_CHARS:
         reason = reason[: _READ_ERROR_CHARS - 3] + "..."
     fields: dict[str, Any] = {}
-    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id"):
+    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id", "worker"):
         try:
             fields[name] = _adapter(name).validate_python(row[name])
         except Exception:  # a damaged column is left out, as far as its type allows
@@ -211,6 +212,10 @@ class SessionQueue:
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
+        # item_id -> the worker that claimed it, for the items this server runs. A server cut off from the database
+        # for longer than the lease may find its item recovered and claimed by another: it must then neither
+        # finish that run nor go on with its own (see _finish and is_running).
+        self._claims: dict[int, str] = {}
 
     def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -359,20 +364,37 @@ class SessionQueue:
         with a lease. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
-        now = now_iso()
-        # One statement: the pause flag is read, and the item chosen and taken, at the moment of the claim. On
-        # PostgreSQL the chosen row stays locked until the claim commits, and rows other servers are claiming are
-        # skipped, so no item is ever claimed twice, however many servers ask at once.
         with self._db.transaction() as cursor:
-            rows = cursor.execute(
-                "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
-                "lease_expires_at = ? WHERE status = 'pending' AND item_id = (SELECT item_id FROM session_queue "
-                "WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0) "
-                f"ORDER BY priority DESC, item_id LIMIT 1 {skip_locked(self._db.dialect)}) RETURNING *",
-                (now, now, f"{self.server}/{worker}", iso_in(self.lease_seconds)),
-            ).fetchall()
+            candidates = self.lock_pending(cursor, limit=1)
+            rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
+
+    def lock_pending(self, cursor: Cursor, limit: int, columns: str = "item_id") -> list[Row]:
+        """In a claiming transaction: the next `limit` pending items in run order, none while the queue is paused.
+
+        On PostgreSQL they stay locked until the transaction ends, and items that other servers are claiming are
+        skipped rather than waited for: whatever the number of servers, no two claim the same item. SQLite's
+        transaction (BEGIN IMMEDIATE) already excludes every other writer."""
+        return cursor.execute(
+            f"SELECT {columns} FROM session_queue WHERE status = 'pending' "
+            "AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0) "
+            f"ORDER BY priority DESC, item_id LIMIT ? {skip_locked(self._db.dialect)}",
+            (limit,),
+        ).fetchall()
+
+    def claim(self, cursor: Cursor, item_id: int, worker: str) -> list[Row]:
+        """In the transaction that locked it (lock_pending): the item in_progress for `worker` of this server
+        (`<host>:<pid>/<worker>`), with a lease. Its row, to publish and return once the transaction commits."""
+        now, holder = now_iso(), f"{self.server}/{worker}"
+        rows = cursor.execute(
+            "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
+            "lease_expires_at = ? WHERE item_id = ? AND status = 'pending' RETURNING *",
+            (now, now, holder, iso_in(self.lease_seconds), item_id),
+        ).fetchall()
+        if rows:
+            self._claims[item_id] = holder
+        return rows
 
     def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
         """Extend the leases of the items this server runs (all of them, or those of `item_ids`); one statement.
@@ -415,14 +437,17 @@ class SessionQueue:
         return len(rows)
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
-        """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
+        """Move a running item to a finished status; False if it was no longer running (canceled meanwhile, or
+        recovered from this server and claimed again elsewhere)."""
         now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
+        holder = self._claims.pop(item_id, None)
+        mine, params = ("", ()) if holder is None else (" AND worker = ?", (holder,))
         with self._db.transaction() as cursor:
             rows = cursor.execute(
                 f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
-                "WHERE item_id = ? AND status = 'in_progress' RETURNING *",
-                (status, *columns.values(), now, now, item_id),
+                f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *",
+                (status, *columns.values(), now, now, item_id, *params),
             ).fetchall()
         self._publish_changes(rows)
         return bool(rows)
@@ -518,9 +543,11 @@ class SessionQueue:
         return self._recover("1 = 1", (), RESTART_REASON)
 
     def is_running(self, item_id: int) -> bool:
-        """False once the item was canceled or deleted: the processor's cancel check."""
-        rows = self._db.execute("SELECT status FROM session_queue WHERE item_id = ?", (item_id,))
-        return bool(rows) and rows[0]["status"] == "in_progress"
+        """False once the item was canceled or deleted, or claimed by another worker since this server claimed it:
+        the processor's cancel check."""
+        rows = self._db.execute("SELECT status, worker FROM session_queue WHERE item_id = ?", (item_id,))
+        holder = self._claims.get(item_id)
+        return bool(rows) and rows[0]["status"] == "in_progress" and holder in (None, rows[0]["worker"])
 
     def get(self, queue_id: str, item_id: int) -> SessionQueueItem:
         rows = self._db.execute(f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id = ?", (queue_id, item_id))

@@ -138,6 +138,22 @@ def test_a_starting_server_leaves_a_live_servers_items_alone(make_server: MakeSe
     assert (item.status, item.cancel_reason) == ("canceled", LEASE_EXPIRED_REASON)
 
 
+def test_a_server_whose_item_was_recovered_and_claimed_elsewhere_neither_finishes_nor_continues_it(
+    make_server: MakeServer,
+) -> None:
+    cut_off = make_server("cut-off:1", lease_seconds=0.3, requeue_interrupted=True)
+    other = make_server("other:2", lease_seconds=30, requeue_interrupted=True)
+    (item_id,) = cut_off.enqueue_batch("default", integer_batch()).item_ids
+    cut_off.dequeue()
+    time.sleep(0.4)  # no renewal reached the database
+    assert other.recover_expired() == 1
+    assert other.dequeue() is not None
+    assert not cut_off.is_running(item_id)  # its next check stops its run
+    assert not cut_off.complete(item_id, {})
+    assert other.is_running(item_id) and other.complete(item_id, {})
+    assert _status(other, item_id) == "completed"
+
+
 def test_a_server_renews_only_its_own_items(make_server: MakeServer) -> None:
     first, second = make_server("a:1"), make_server("a:12")  # one name is a prefix of the other's
     first.enqueue_batch("default", integer_batch(runs=3))

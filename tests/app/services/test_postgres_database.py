@@ -154,3 +154,11 @@ def test_the_sqlite_engine_offers_the_same_interface(tmp_path: object) -> None:
     with db.read_transaction():
         assert isinstance(db.execute("SELECT 1")[0], sqlite3.Row)
     db.close()
+
+
+def test_a_dedicated_connection_is_outside_the_pool_and_hears_notifications(pg: PostgresDatabase) -> None:
+    with pg.dedicated_connection() as listener:
+        listener.execute("LISTEN invokeai_test")
+        pg.execute("SELECT pg_notify('invokeai_test', ?)", ("hello",))
+        heard = [note.payload for note in listener.notifies(timeout=5, stop_after=1)]
+    assert heard == ["hello"]

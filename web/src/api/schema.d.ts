@@ -2675,6 +2675,11 @@ export interface components {
              */
             retried_from_item_id?: number | null;
             /**
+             * Worker
+             * @description Who runs or ran the item, `<host>:<pid>/<worker>` of its server; null until it is claimed (and again once requeued).
+             */
+            worker?: string | null;
+            /**
              * Read Error
              * @description Set when the stored item cannot be read back (a damaged row): why. Its session and field_values are then null; a pending one fails when the processor takes it.
              */
