@@ -205,7 +205,8 @@ class EventRelay:
                 if failures == 1:
                     logger.warning("The event relay could not send %d events (%s); retrying", len(batch), error)
                 conn = _closed(conn)
-                if stopping and failures >= _STOP_TRIES:
+                # Stopping (or asked to, while this batch kept failing): a few tries, then give up, saying so.
+                if (stopping or not self._started) and failures >= _STOP_TRIES:
                     lost = len(batch) + self._outbox.qsize()
                     logger.error("The event relay stops with %d events not sent to the other servers", lost)
                     break
