@@ -135,6 +135,33 @@ def test_progress_nobody_watches_makes_no_preview_and_no_event(
     assert {e.item_id for e in watched} == {item_id}  # type: ignore[attr-defined]
 
 
+def test_a_forwarding_listener_gets_progress_but_makes_no_preview(
+    queue: SessionQueue, images: ImageService, events: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The event relay to other servers forwards progress without its image: a preview is made for a reader here.
+    forwarded: list[EventBase] = []
+    events.add_listener(forwarded.append, forwards=True)
+    made: list[int] = []
+
+    def invoke(self: IntegerInvocation, context: InvocationContext) -> IntegerOutput:
+        for step in range(1, 3):
+            context.progress(step, 2, lambda step=step: made.append(step) or Image.new("RGB", (2, 2)))  # type: ignore[func-returns-value]
+        return IntegerOutput(value=self.value)
+
+    IntegerInvocation.output_class()
+    monkeypatch.setattr(IntegerInvocation, "invoke", invoke)
+    worker = SessionProcessor(queue, images, events)
+    worker.start()
+    try:
+        [item_id] = queue.enqueue_batch("default", integer_batch()).item_ids
+        wait_until(lambda: any(getattr(e, "status", None) == "completed" for e in forwarded), what="the item's end")
+    finally:
+        worker.stop()
+    progress = [e for e in forwarded if isinstance(e, InvocationProgressEvent) and e.item_id == item_id]
+    assert [(e.step, e.image) for e in progress] == [(1, None), (2, None)]
+    assert made == []
+
+
 def test_pause_holds_items_and_resume_runs_them(
     processor: SessionProcessor, queue: SessionQueue, recorder: EventRecorder
 ) -> None:
