@@ -107,7 +107,9 @@ class EventRelay:
         self._sender: threading.Thread | None = None
         self._listener: threading.Thread | None = None
         self._listen_conn: psycopg.Connection[Any] | None = None
-        self.listener_pid: int | None = None  # the listening connection's backend, for pg_stat_activity
+        # The connections' backends (pg_stat_activity), once connected.
+        self.listener_pid: int | None = None
+        self.sender_pid: int | None = None
 
     # Control.
 
@@ -190,6 +192,7 @@ class EventRelay:
             try:
                 if conn is None:
                     conn = self._connect("sender")
+                    self.sender_pid = conn.info.backend_pid
                 self._send(conn, batch)
                 if failures:
                     logger.warning("The event relay sends events again (after %d failed tries)", failures)

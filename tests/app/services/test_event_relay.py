@@ -211,3 +211,19 @@ def test_a_notification_sent_twice_is_delivered_once_and_a_gap_is_logged(
         time.sleep(0.2)
     assert [e.item_id for e in seen_b.of(InvocationStartedEvent)] == [1, 2, 4]  # type: ignore[attr-defined]
     assert "missed 1 events from elsewhere" in caplog.text
+
+
+def test_events_sent_while_the_senders_connection_drops_are_sent_again_once(
+    two_servers: tuple[EventBus, EventRelay, EventBus, EventRelay], postgres_url: str
+) -> None:
+    bus_a, relay_a, bus_b, _ = two_servers
+    seen_b = Seen(bus_b)
+    bus_a.publish(started(0))
+    wait_until(lambda: seen_b.of(InvocationStartedEvent), what="the first event")
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (relay_a.sender_pid,))
+    for n in range(1, 11):
+        bus_a.publish(started(n))
+    wait_until(lambda: len(seen_b.of(InvocationStartedEvent)) >= 11, what="the events after the drop")
+    time.sleep(0.2)
+    assert [e.item_id for e in seen_b.of(InvocationStartedEvent)] == list(range(11))  # type: ignore[attr-defined]
