@@ -85,9 +85,7 @@ def worker_names(devices: list[torch.device]) -> list[str]:
     """One name per worker: an indexed device's own name (cuda:1), else its type and the worker's number among
     the workers on it (cpu#0, cpu#1, mps#0), so that names stay distinct and stable across restarts."""
     labels = [str(canonical_device(device)) for device in devices]
-    return [
-        label if ":" in label else f"{label}#{labels[:index].count(label)}" for index, label in enumerate(labels)
-    ]
+    return [label if ":" in label else f"{label}#{labels[:index].count(label)}" for index, label in enumerate(labels)]
 
 
 def _check_index(setting: str, device: torch.device, available: bool, count: Callable[[], int]) -> None:

@@ -17,7 +17,7 @@ from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.model_cache import ModelCache
-from invokeai.backend.devices import choose_device, choose_dtype
+from invokeai.backend.devices import choose_device, choose_dtype, choose_generation_devices, worker_names
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         models.records, config.models_path, events, hash_models=config.hash_models, on_delete=models.forget
     )
     tensors = TensorStore()
-    processor = SessionProcessor(queue, images, events, models, tensors)
+    processor = SessionProcessor(queue, images, events, models, tensors, workers=worker_managers(config, models))
     return Services(
         db=db,
         events=events,
@@ -89,6 +89,15 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         installer=installer,
         tensors=tensors,
     )
+
+
+def worker_managers(config: InvokeAIAppConfig, models: ModelManager) -> list[tuple[str, ModelManager]]:
+    """A model manager per generation device, each named for its worker, all on the one shared RAM cache."""
+    devices = choose_generation_devices(config.generation_devices, config.device)
+    return [
+        (name, models.for_device(device, choose_dtype(config.precision, device)))
+        for name, device in zip(worker_names(devices), devices, strict=True)
+    ]
 
 
 def build_model_manager(config: InvokeAIAppConfig, records: ModelRecordService) -> ModelManager:

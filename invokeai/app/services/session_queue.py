@@ -27,6 +27,14 @@ from invokeai.app.services.events import (
     QueueItemStatusChangedEvent,
     QueuePrunedEvent,
 )
+from invokeai.app.services.queue_claims import (
+    AFFINITY_MAX_WAIT_S,
+    AFFINITY_WINDOW,
+    Candidate,
+    choose_item,
+    models_column,
+    read_models_column,
+)
 from invokeai.app.services.queue_models import (
     FINISHED_STATUSES,
     QUEUE_ITEM_STATUSES,
@@ -87,6 +95,14 @@ _STAND_INS: dict[str, Any] = {
 GraphCache = dict[int, tuple[dict[str, Any], Graph]]
 # graph_id -> the stored graph's text (None: the row is missing).
 GraphTexts = dict[int, str | None]
+
+
+def _stored_time(text: object) -> datetime:
+    try:
+        value = datetime.fromisoformat(str(text))
+    except ValueError:
+        return _NO_TIME  # a damaged time: the item counts as long waiting, so it is never passed over
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _status_fields(row: sqlite3.Row) -> dict[str, Any]:
@@ -183,12 +199,18 @@ def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
 
 class SessionQueue:
     def __init__(
-        self, db: SqliteDatabase, events: EventBus, max_queue_size: int, max_graph_nodes: int | None = None
+        self,
+        db: SqliteDatabase,
+        events: EventBus,
+        max_queue_size: int,
+        max_graph_nodes: int | None = None,
+        affinity_max_wait_s: float = AFFINITY_MAX_WAIT_S,
     ) -> None:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
         self.max_graph_nodes = max_graph_nodes  # None: no limit (the server passes its setting)
+        self.affinity_max_wait_s = affinity_max_wait_s
 
     def _items(self, rows: Sequence[sqlite3.Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -230,9 +252,12 @@ class SessionQueue:
         sessions = expand_batch(batch, self.max_graph_nodes)
         now = now_iso()
         values = [
-            json.dumps([value.model_dump(mode="json") for value in session.field_values])
-            if session.field_values
-            else None
+            (
+                json.dumps([value.model_dump(mode="json") for value in session.field_values])
+                if session.field_values
+                else None,
+                models_column(session.graph),
+            )
             for session in sessions
         ]
         with self._db.transaction() as cursor:
@@ -245,7 +270,7 @@ class SessionQueue:
             graph_id = cursor.lastrowid
             cursor.executemany(
                 "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, graph_id, "
-                "field_values, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "field_values, models, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         queue_id,
@@ -256,11 +281,12 @@ class SessionQueue:
                         batch.destination,
                         graph_id,
                         field_values,
+                        models,
                         now,
                         now,
                     )
                     for _ in range(batch.runs)
-                    for field_values in values
+                    for field_values, models in values
                 ],
             )
             # The graph row is this request's own: its items are exactly the ones just inserted, in order.
@@ -320,9 +346,9 @@ class SessionQueue:
             for item_id in wanted:
                 cursor.execute(
                     "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
-                    "graph_id, field_values, retried_from_item_id, created_at, updated_at) "
-                    "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, item_id, "
-                    "?, ? FROM session_queue WHERE item_id = ?",
+                    "graph_id, field_values, models, retried_from_item_id, created_at, updated_at) "
+                    "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, models, "
+                    "item_id, ?, ? FROM session_queue WHERE item_id = ?",
                     (new_id(), now, now, item_id),
                 )
                 new_ids.append(int(cursor.lastrowid or 0))
@@ -330,20 +356,44 @@ class SessionQueue:
         self._events.publish(QueueItemsRetriedEvent(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids))
         return result
 
-    def dequeue(self) -> SessionQueueItem | None:
-        """Mark the next pending item (highest priority, then oldest) in_progress and return it.
+    def dequeue(self, worker: str | None = None, on_device: frozenset[str] = frozenset()) -> SessionQueueItem | None:
+        """Claim the next pending item for `worker` (`<host>:<pid>/<worker name>`, kept in the item's `worker`):
+        mark it in_progress and return it. The next item is the highest priority's oldest, unless a later one of
+        that priority uses only models in `on_device` (model tokens) and the oldest has waited less than
+        affinity_max_wait_s.
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
         now = now_iso()
         with self._db.transaction() as cursor:
-            rows = cursor.execute(
-                "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ? WHERE item_id = "
-                "(SELECT item_id FROM session_queue WHERE status = 'pending' ORDER BY priority DESC, item_id LIMIT 1) "
-                "RETURNING *",
-                (now, now),
-            ).fetchall()
+            chosen = self._affine_item(cursor, on_device) if on_device else None
+            rows = self._claim(cursor, now, worker, chosen)
+            if not rows and chosen is not None:
+                rows = self._claim(cursor, now, worker, None)  # taken meanwhile (another host): the next one
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
+
+    def _affine_item(self, cursor: sqlite3.Cursor, on_device: frozenset[str]) -> int | None:
+        rows = cursor.execute(
+            "SELECT item_id, models, created_at FROM session_queue WHERE status = 'pending' AND priority = "
+            "(SELECT MAX(priority) FROM session_queue WHERE status = 'pending') ORDER BY item_id LIMIT ?",
+            (AFFINITY_WINDOW,),
+        ).fetchall()
+        candidates = [
+            Candidate(row["item_id"], read_models_column(row["models"]), _stored_time(row["created_at"]))
+            for row in rows
+        ]
+        return choose_item(candidates, on_device, datetime.now(UTC), self.affinity_max_wait_s)
+
+    def _claim(self, cursor: sqlite3.Cursor, now: str, worker: str | None, item_id: int | None) -> list[sqlite3.Row]:
+        """The one statement that claims an item: `item_id` if it is still pending, else (None) the next pending
+        one. Atomic on its own (an UPDATE of the row the subquery picks), so no item is claimed twice."""
+        pick = "AND item_id = ? " if item_id is not None else ""
+        return cursor.execute(
+            "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ? "
+            "WHERE item_id = (SELECT item_id FROM session_queue WHERE status = 'pending' "
+            f"{pick}ORDER BY priority DESC, item_id LIMIT 1) RETURNING *",
+            (now, now, worker, *(() if item_id is None else (item_id,))),
+        ).fetchall()
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
         """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
@@ -495,9 +545,11 @@ class SessionQueue:
                 "SELECT item_id, batch_id, session_id FROM session_queue WHERE queue_id = ? AND status = 'in_progress'",
                 (queue_id,),
             )
+        running = sorted(running, key=lambda row: row["item_id"])
         current = running[0] if running else None
         return QueueCounts(
             queue_id=queue_id,
+            item_ids=[row["item_id"] for row in running],
             item_id=current["item_id"] if current else None,
             batch_id=current["batch_id"] if current else None,
             session_id=current["session_id"] if current else None,
