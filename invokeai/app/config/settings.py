@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, create_model, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from invokeai.backend.attention.settings import AttentionSetting
@@ -28,6 +29,12 @@ Precision = Literal["auto", "float16", "bfloat16", "float32"]
 GenerationDevices = Annotated[Literal["auto"] | list[str], NoDecode]
 GENERATION_DEVICE_ENTRY = re.compile(r"cpu|mps|cuda:\d+")
 GENERATION_DEVICES_ALLOWED = "auto, or a list of cpu, mps, cuda:N (e.g. [cuda:0, cuda:1]); cpu may repeat"
+# The error type of a generation_devices value that is wrong in a way worth saying (config.errors shows the reason).
+REASONED_ERROR = "setting_reason"
+
+
+def _refuse(reason: str) -> PydanticCustomError:
+    return PydanticCustomError(REASONED_ERROR, "{reason}", {"reason": reason})
 
 
 def default_root() -> Path:
@@ -100,19 +107,19 @@ def _device_list(value: Any) -> Any:
             return "auto"
         value = [part.strip() for part in text.strip("[]").split(",") if part.strip()]
     if not isinstance(value, list):
-        raise ValueError(f"not a list: {GENERATION_DEVICES_ALLOWED}")
+        raise _refuse(f"not a list; allowed: {GENERATION_DEVICES_ALLOWED}")
     if not value:
-        raise ValueError(f"an empty list names no device: {GENERATION_DEVICES_ALLOWED}")
+        raise _refuse(f"an empty list names no device; allowed: {GENERATION_DEVICES_ALLOWED}")
     entries = []
     for entry in value:
         text = entry.strip().lower() if isinstance(entry, str) else None
         if text is None or not GENERATION_DEVICE_ENTRY.fullmatch(text):
-            raise ValueError(f"{entry!r} is not a generation device: {GENERATION_DEVICES_ALLOWED}")
+            raise _refuse(f"{entry!r} is not a generation device; allowed: {GENERATION_DEVICES_ALLOWED}")
         entries.append(text)
     # Two workers on one GPU would fight over its memory; the CPU's workers share its cores, which is allowed.
     repeated = sorted({entry for entry in entries if entry != "cpu" and entries.count(entry) > 1})
     if repeated:
-        raise ValueError(f"{', '.join(repeated)} is listed more than once; only cpu may repeat")
+        raise _refuse(f"{', '.join(repeated)} is listed more than once; only cpu may repeat")
     return entries
 
 
