@@ -66,12 +66,19 @@ class ModelManager:
         # take them; kept here so that a node does not read them from disk at every run.
         self._small: dict[str, Any] = {}
         self._small_lock = threading.Lock()
+        # Tokenizers are not safe to use from two threads at once (a fast tokenizer's padding settings are
+        # mutated per call), so each worker's manager keeps its own, under its own suffix of the shared dict.
+        self._small_suffix = ""
+        self._workers = 0
 
     def for_device(self, device: torch.device, dtype: torch.dtype) -> ModelManager:
         """A manager for one worker: the same records, RAM cache and tokenizers, its own execution device."""
         manager = ModelManager(self.records, self.cache, device, dtype)
         manager._small = self._small
         manager._small_lock = self._small_lock
+        with self._small_lock:
+            self._workers += 1
+            manager._small_suffix = f"@{self._workers}"
         return manager
 
     def cached_models(self) -> list[CachedModel]:
@@ -128,6 +135,7 @@ class ModelManager:
         # Modules are the cache's business (it prices and moves them); tokenizers and schedulers are not.
         if component in get_family(record.family).module_components:
             return self.cache.load(key, self._loader(record, component))
+        key += self._small_suffix
         with self._small_lock:
             if key not in self._small:
                 self._small[key] = self._loader(record, component)()
