@@ -347,3 +347,15 @@ def test_an_offload_from_one_device_leaves_the_other_devices_copy(stand_in_gpu: 
     assert [e["key"] for e in cache.stats(other)["resident"] if e["on_device"]] == ["a"]  # ...not the other one
     assert cache.load("a", linear_loader(calls, "a")).weight.device.type == "cpu"
     assert calls == ["a", "b"]
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_each_gpu_gets_its_own_copy_and_the_ram_copy_stays() -> None:
+    cache = ModelCache(2**30, torch.device("cuda", 0), 0)
+    devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    for device in devices:
+        with cache.on_device("a", lambda: nn.Linear(16, 16), 0, device) as model:
+            assert model.weight.device == device
+    assert cache.load("a", lambda: nn.Linear(16, 16)).weight.device.type == "cpu"
+    assert cache.stats()["misses"] == 1
