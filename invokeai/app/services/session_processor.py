@@ -131,6 +131,9 @@ class SessionProcessor:
         self._events = events
         self._stop = threading.Event()
         self._paused = threading.Event()
+        # Held around "not paused? then claim": a pause waits for a claim under way and no claim starts after it,
+        # so an item enqueued after pause() returns stays pending whichever worker looks.
+        self._claiming = threading.Lock()
         # A pause lasts across a restart: whoever paused it expects no item to start until they resume.
         if queue.is_paused():
             self._paused.set()
@@ -180,9 +183,10 @@ class SessionProcessor:
             worker.thread = None
 
     def pause(self) -> ProcessorStatus:
-        """Take no further items; the running one (if any) runs to its end. Kept across a restart."""
+        """Take no further items; the running ones (if any) run to their end. Kept across a restart."""
         self._queue.set_paused(True)
-        self._paused.set()
+        with self._claiming:
+            self._paused.set()
         return self.status()
 
     def resume(self) -> ProcessorStatus:
@@ -228,7 +232,8 @@ class SessionProcessor:
                 # Cleared before looking, so an enqueue after the look still wakes the wait below.
                 worker.wake.clear()
                 try:
-                    item = None if self._paused.is_set() else self._claim(worker)
+                    with self._claiming:
+                        item = None if self._paused.is_set() else self._claim(worker)
                 except Exception:
                     logger.exception("%s could not take the next queue item", worker.name)
                     self._stop.wait(1.0)  # database trouble: retry, but not in a tight loop
