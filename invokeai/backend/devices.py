@@ -70,6 +70,24 @@ def choose_device(setting: str) -> torch.device:
     raise ValueError(f"unsupported device {setting!r}: use auto, cpu, cuda, cuda:N, mps or xpu")
 
 
+def choose_generation_devices(setting: str | list[str], device_setting: str) -> list[torch.device]:
+    """The devices of the session workers, one worker each. `auto`: every CUDA device; without one, the single
+    device that `device_setting` picks (the CPU, MPS or XPU). A list is taken as given, each entry checked against
+    this machine (a CUDA index it lacks raises ValueError); `cpu` may repeat, for several CPU workers."""
+    if setting == "auto":
+        if torch.cuda.is_available():
+            return [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
+        return [choose_device(device_setting)]
+    return [choose_device(entry) for entry in setting]
+
+
+def worker_names(devices: list[torch.device]) -> list[str]:
+    """One name per worker: an indexed device's own name (cuda:1), else its type and the worker's number among
+    the workers on it (cpu#0, cpu#1, mps#0), so that names stay distinct and stable across restarts."""
+    labels = [str(canonical_device(device)) for device in devices]
+    return [label if ":" in label else f"{label}#{labels[:index].count(label)}" for index, label in enumerate(labels)]
+
+
 def _check_index(setting: str, device: torch.device, available: bool, count: Callable[[], int]) -> None:
     if not available:
         raise ValueError(f"device {setting!r} is not available on this machine")

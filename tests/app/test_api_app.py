@@ -104,6 +104,7 @@ def test_attention_answers_the_attention_packages_record(client: TestClient, mon
         ],
         events=[AttentionEvent(event="cudnn_demoted", node_type="sd1_denoise", error="CUDNN_STATUS_BAD_PARAM")],
         counts={"sd1_denoise": {"CUDNN_ATTENTION": 3}},
+        counts_by_device={"cuda:0": {"sd1_denoise": {"CUDNN_ATTENTION": 3}}},
     )
     monkeypatch.setattr(app_router, "attention_stats", lambda: record)
     response = client.get("/api/v1/app/attention")

@@ -55,6 +55,8 @@ def type_name(name: str) -> str:
     annotation = SETTINGS[name].annotation
     if get_origin(annotation) is Literal:
         return "choice"
+    if name == "generation_devices":
+        return "auto or a list"
     names = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}
     if annotation not in names:
         raise TypeError(f"no words for the type of setting {name!r}: {annotation!r}")

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from invokeai.app.config.describe import SETTINGS, allowed_values, is_enumerated, is_secret
+from invokeai.app.config.settings import REASONED_ERROR
 
 
 class ConfigError(Exception):
@@ -40,7 +41,9 @@ def problems_by_setting(error: ValidationError, subject: Callable[[str], str]) -
         name = str(detail["loc"][0]) if detail["loc"] else ""
         if name in problems:
             continue
-        if name in SETTINGS:
+        if name in SETTINGS and detail["type"] == REASONED_ERROR:
+            problems[name] = f"{subject(name)} is {show_value(detail['input'])}; {detail['msg']}"
+        elif name in SETTINGS:
             problems[name] = bad_value(subject(name), name, detail["input"])
         else:
             # Unknown keys are rejected before validation, so this is a safety net, not a user-facing path.

@@ -30,6 +30,17 @@ def device_problem(setting: str) -> str | None:
     return None
 
 
+def generation_devices_problem(setting: str | list[str], device_setting: str) -> str | None:
+    """Why generation_devices names a device this machine lacks (e.g. cuda:3 on a two-GPU machine), or None."""
+    from invokeai.backend.devices import choose_generation_devices
+
+    try:
+        choose_generation_devices(setting, device_setting)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def database_problem(path: Path) -> str | None:
     """Why `path` cannot hold the SQLite database, or None. Creates its folder (and an empty database file) where
     they are missing, as the server would a moment later."""
@@ -70,6 +81,10 @@ def check_machine(loaded: LoadResult) -> None:
     problems = []
     if (why := device_problem(config.device)) is not None:
         problems.append(f"{_subject(loaded, 'device')} is {config.device!r}; {why}")
+    if config.generation_devices != "auto" and (
+        why := generation_devices_problem(config.generation_devices, config.device)
+    ):
+        problems.append(f"{_subject(loaded, 'generation_devices')} is {config.generation_devices!r}; {why}")
     if config.database_url:
         if (why := postgres_problem(config.database_url)) is not None:
             problems.append(f"{_subject(loaded, 'database_url')}: {why}")

@@ -10,10 +10,11 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, create_model, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from invokeai.backend.attention.settings import AttentionSetting
 
@@ -23,6 +24,17 @@ CONFIG_FILE_NAME = "invokeai.yaml"
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 Precision = Literal["auto", "float16", "bfloat16", "float32"]
+# Written `auto` or as a YAML list; NoDecode: the environment's text is parsed by _device_list, not as JSON, so
+# INVOKEAI_GENERATION_DEVICES=auto and =cuda:0,cuda:1 both work.
+GenerationDevices = Annotated[Literal["auto"] | list[str], NoDecode]
+GENERATION_DEVICE_ENTRY = re.compile(r"cpu|mps|cuda:\d+")
+GENERATION_DEVICES_ALLOWED = "auto, or a list of cpu, mps, cuda:N (e.g. [cuda:0, cuda:1]); cpu may repeat"
+# The error type of a generation_devices value that is wrong in a way worth saying (config.errors shows the reason).
+REASONED_ERROR = "setting_reason"
+
+
+def _refuse(reason: str) -> PydanticCustomError:
+    return PydanticCustomError(REASONED_ERROR, "{reason}", {"reason": reason})
 
 
 def default_root() -> Path:
@@ -86,6 +98,31 @@ def _as_written(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
+def _device_list(value: Any) -> Any:
+    """generation_devices as a list of entries (or "auto"): a YAML list, or text such as "cuda:0,cuda:1" or
+    "[cpu, cpu]" from the environment. Each entry is checked here; whether this machine has it, at startup."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() == "auto":
+            return "auto"
+        value = [part.strip() for part in text.strip("[]").split(",") if part.strip()]
+    if not isinstance(value, list):
+        raise _refuse(f"not a list; allowed: {GENERATION_DEVICES_ALLOWED}")
+    if not value:
+        raise _refuse(f"an empty list names no device; allowed: {GENERATION_DEVICES_ALLOWED}")
+    entries = []
+    for entry in value:
+        text = entry.strip().lower() if isinstance(entry, str) else None
+        if text is None or not GENERATION_DEVICE_ENTRY.fullmatch(text):
+            raise _refuse(f"{entry!r} is not a generation device; allowed: {GENERATION_DEVICES_ALLOWED}")
+        entries.append(text)
+    # Two workers on one GPU would fight over its memory; the CPU's workers share its cores, which is allowed.
+    repeated = sorted({entry for entry in entries if entry != "cpu" and entries.count(entry) > 1})
+    if repeated:
+        raise _refuse(f"{', '.join(repeated)} is listed more than once; only cpu may repeat")
+    return entries
+
+
 class InvokeAIAppConfig(BaseSettings):
     """InvokeAI's settings. Sources, highest first: command line, environment, the YAML file, defaults.
 
@@ -95,6 +132,7 @@ class InvokeAIAppConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, extra="forbid")
     _as_written = field_validator("*", mode="before")(_as_written)
+    _device_list = field_validator("generation_devices", mode="before")(_device_list)
 
     host: str = setting(
         "127.0.0.1",
@@ -125,6 +163,16 @@ class InvokeAIAppConfig(BaseSettings):
         common=True,
         allowed="auto, cpu, cuda, cuda:N, mps, xpu",
         pattern=r"^(auto|cpu|cuda|cuda:\d+|mps|xpu)$",
+    )
+    generation_devices: GenerationDevices = setting(
+        "auto",
+        "Devices that run queue items, one session worker (thread) each, so that several items run at once. auto: "
+        "every CUDA GPU; without one, a single worker on the device that `device` picks. A list names them, e.g. "
+        "[cuda:0, cuda:1]. A GPU may be listed once; cpu may repeat (two CPU workers share the cores). Every "
+        "worker shares one RAM model cache; each keeps its own models on its device.",
+        startup_only=True,
+        common=True,
+        allowed=GENERATION_DEVICES_ALLOWED,
     )
     precision: Precision = setting(
         "auto",
@@ -308,6 +356,9 @@ class InvokeAIAppConfig(BaseSettings):
 SettingsValues: type[BaseModel] = create_model(
     "SettingsValues",
     __config__=ConfigDict(extra="forbid"),
-    __validators__={"_as_written": field_validator("*", mode="before")(_as_written)},
+    __validators__={
+        "_as_written": field_validator("*", mode="before")(_as_written),
+        "_device_list": field_validator("generation_devices", mode="before")(_device_list),
+    },
     **{name: (field.annotation, field) for name, field in InvokeAIAppConfig.model_fields.items()},
 )

@@ -21,7 +21,7 @@ from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.model_cache import ModelCache
-from invokeai.backend.devices import choose_device, choose_dtype
+from invokeai.backend.devices import choose_device, choose_dtype, choose_generation_devices, worker_names
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,9 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     tensors = TensorStore()
     # On a shared PostgreSQL queue, items and a resume may come from other servers, which this one is not told of.
     poll = POSTGRES_POLL_SECONDS if db.dialect == "postgresql" else None
-    processor = SessionProcessor(queue, images, events, models, tensors, poll_seconds=poll)
+    processor = SessionProcessor(
+        queue, images, events, models, tensors, workers=worker_managers(config, models), poll_seconds=poll
+    )
     relay = None
     if config.database_url:
         relay = EventRelay(config.database_url, events)
@@ -131,6 +133,15 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         relay=relay,
         database_url=config.database_url,
     )
+
+
+def worker_managers(config: InvokeAIAppConfig, models: ModelManager) -> list[tuple[str, ModelManager]]:
+    """A model manager per generation device, each named for its worker, all on the one shared RAM cache."""
+    devices = choose_generation_devices(config.generation_devices, config.device)
+    return [
+        (name, models.for_device(device, choose_dtype(config.precision, device)))
+        for name, device in zip(worker_names(devices), devices, strict=True)
+    ]
 
 
 def build_model_manager(config: InvokeAIAppConfig, records: ModelRecordService) -> ModelManager:

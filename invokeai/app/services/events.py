@@ -51,6 +51,9 @@ class QueueItemStatusChangedEvent(QueueItemEventBase):
     updated_at: datetime
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    worker: str | None = Field(
+        None, description="Who runs (or ran) the item, as the queue item's `worker`: `<host>:<pid>/<worker>`."
+    )
 
 
 class InvocationEventBase(QueueItemEventBase):

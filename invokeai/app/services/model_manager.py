@@ -11,9 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel, Field
 
 from invokeai.app.logging_setup import route_ml_library_logging
-from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord, ModelRecordService
+from invokeai.app.services.model_records import (
+    ModelIdentifier,
+    ModelNotFoundError,
+    ModelRecord,
+    ModelRecordService,
+    model_token,
+)
 from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 from invokeai.backend.families import get_family
@@ -60,6 +67,16 @@ def _files_of(record: ModelRecord) -> Iterator[None]:
         raise ModelFilesMissingError(record, error.filename or record.path) from error
 
 
+class CachedModel(BaseModel):
+    """A model component in the shared RAM cache, as one worker's device sees it."""
+
+    key: str = Field(description="The model's key (GET /api/v2/models/).")
+    name: str | None = Field(description="The model's name; null once its record is gone.")
+    component: str = Field(description="The component, e.g. unet, text_encoder, vae, transformer.")
+    on_device: bool = Field(description="Whether this worker's device holds it now (on the CPU: the RAM copy).")
+    size_bytes: int = Field(description="Bytes of its parameters and buffers.")
+
+
 class ModelManager:
     def __init__(
         self, records: ModelRecordService, cache: ModelCache, device: torch.device, dtype: torch.dtype
@@ -72,6 +89,48 @@ class ModelManager:
         # take them; kept here so that a node does not read them from disk at every run.
         self._small: dict[str, Any] = {}
         self._small_lock = threading.Lock()
+        # Tokenizers are not safe to use from two threads at once (a fast tokenizer's padding settings are
+        # mutated per call), so each worker's manager keeps its own, under its own suffix of the shared dict.
+        self._small_suffix = ""
+        self._workers = 0
+
+    def for_device(self, device: torch.device, dtype: torch.dtype) -> ModelManager:
+        """A manager for one worker: the same records, RAM cache and tokenizers, its own execution device."""
+        manager = ModelManager(self.records, self.cache, device, dtype)
+        manager._small = self._small
+        manager._small_lock = self._small_lock
+        with self._small_lock:
+            self._workers += 1
+            manager._small_suffix = f"@{self._workers}"
+        return manager
+
+    def cached_models(self) -> list[CachedModel]:
+        """Every module in the RAM cache, and whether this manager's device holds it."""
+        names = {record.key: record.name for record in self.records.list()}
+        found = []
+        for entry in self.cache.stats(self.device)["resident"]:
+            key, _, component = entry["key"].rpartition(":")
+            found.append(
+                CachedModel(
+                    key=key,
+                    name=names.get(key),
+                    component=component,
+                    on_device=entry["on_device"],
+                    size_bytes=entry["size"],
+                )
+            )
+        return found
+
+    def models_on_device(self) -> frozenset[str]:
+        """The models with a component on this device, as tokens (model_token): by key and by name, since a graph
+        may name a model either way. What a worker prefers its next item to use."""
+        tokens = set()
+        for model in self.cached_models():
+            if model.on_device:
+                tokens.add(model_token(key=model.key))
+                if model.name is not None:
+                    tokens.add(model_token(name=model.name))
+        return frozenset(tokens)
 
     def resolve(self, ident: ModelIdentifier) -> ModelRecord:
         """The record a graph's model field names. ModelNotFoundError says which key or name is missing;
@@ -109,6 +168,7 @@ class ModelManager:
         # Modules are the cache's business (it prices and moves them); tokenizers and schedulers are not.
         if component in get_family(record.family).module_components:
             return self.cache.load(key, self._loader(record, component))
+        key += self._small_suffix
         with self._small_lock:
             if key not in self._small:
                 self._small[key] = self._loader(record, component)()
@@ -140,7 +200,8 @@ class ModelManager:
         room)."""
         component = get_family(record.family).component_of(operation)
         reserve = self.working_memory(record, operation, **facts)
-        with self.cache.on_device(cache_key(record, component), self._loader(record, component), reserve) as module:
+        key = cache_key(record, component)
+        with self.cache.on_device(key, self._loader(record, component), reserve, self.device) as module:
             yield module
 
     def companion(self, record: ModelRecord, component: str) -> ModelRecord:

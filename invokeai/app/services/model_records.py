@@ -43,6 +43,16 @@ class ModelIdentifier(BaseModel):
     def __str__(self) -> str:
         return f"key {self.key!r}" if self.key is not None else f"name {self.name!r}"
 
+    @property
+    def token(self) -> str:
+        return model_token(self.key, self.name)
+
+
+def model_token(key: str | None = None, name: str | None = None) -> str:
+    """One model as a string that compares equal however a graph names it: `key:<key>` or `name:<name>` (names
+    are unique case-insensitively, so lowercased). What a queue item's `models` and a worker's device hold."""
+    return f"key:{key}" if key is not None else f"name:{(name or '').lower()}"
+
 
 class ModelRecord(BaseModel):
     key: str = Field(description="Unique, made by the server at install.")

@@ -113,13 +113,14 @@ class SessionQueueItem(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
-    retried_from_item_id: int | None = Field(
-        None, description="For an item made by retry_items_by_id: the failed or canceled item it retries."
-    )
     worker: str | None = Field(
         None,
-        description="Who runs or ran the item, `<host>:<pid>/<worker>` of its server; null until it is claimed "
-        "(and again once requeued).",
+        description="Who runs (or ran) the item, set when a worker claims it: `<host>:<pid>/<worker>`, the "
+        "worker being its device (cuda:1) or cpu#N (e.g. gpu-box:4242/cuda:1). Null until claimed (and again once "
+        "requeued).",
+    )
+    retried_from_item_id: int | None = Field(
+        None, description="For an item made by retry_items_by_id: the failed or canceled item it retries."
     )
     read_error: str | None = Field(
         None,
@@ -151,10 +152,14 @@ class SessionQueueItemPage(BaseModel):
 
 
 class QueueCounts(BaseModel):
-    """Items per status in one queue, and the item running now (if it belongs to this queue)."""
+    """Items per status in one queue, and the items running now (those of this queue)."""
 
     queue_id: str
-    item_id: int | None = Field(description="The item in progress, if any.")
+    item_id: int | None = Field(
+        description="The item in progress, if any; with several workers, the oldest of item_ids (batch_id and "
+        "session_id are this item's)."
+    )
+    item_ids: list[int] = Field(description="Every item of this queue in progress now, oldest first.")
     batch_id: str | None
     session_id: str | None
     pending: int

@@ -1,15 +1,27 @@
-"""The session processor: a worker thread that runs queue items, node by node. The only place nodes run."""
+"""The session processor: one worker thread per generation device, each running queue items node by node on its
+device. The only place nodes run.
+
+Every worker claims its items from the queue on its own (the queue's claim is atomic, so no item runs twice),
+preferring one whose models are already on its device; pause, resume and stop act on all of them, and a cancel
+reaches the one running the item (each checks its own item between nodes and steps).
+"""
 
 from __future__ import annotations
 
 import base64
 import io
 import logging
+import os
+import socket
 import threading
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from PIL import Image
 from pydantic import BaseModel, Field
 
@@ -27,7 +39,7 @@ from invokeai.app.services.events import (
     QueueItemsRetriedEvent,
 )
 from invokeai.app.services.images import ImageService
-from invokeai.app.services.model_manager import ModelManager
+from invokeai.app.services.model_manager import CachedModel, ModelManager
 from invokeai.app.services.queue_models import SessionQueueItem
 from invokeai.app.services.session_queue import CANCEL_REASON, SHUTDOWN_REASON, SessionQueue
 from invokeai.app.services.tensors import TensorStore
@@ -41,7 +53,53 @@ UNREADABLE_ERROR_TYPE = "UnreadableQueueItem"
 
 class ProcessorStatus(BaseModel):
     is_started: bool = Field(description="The processor takes new items (false while paused or stopped).")
-    is_processing: bool = Field(description="An item is running now.")
+    is_processing: bool = Field(description="An item is running now (on any worker).")
+    workers: int = Field(1, description="How many session workers there are (one per generation device).")
+    running_item_ids: list[int] = Field(
+        default_factory=list, description="The items running now, one per busy worker, oldest first."
+    )
+
+
+class WorkerInfo(BaseModel):
+    """One session worker: its device, what it runs now and what it keeps on its device."""
+
+    name: str = Field(description="The worker's name: its device (cuda:1), or cpu#N where several share one.")
+    device: str = Field(description="The torch device it runs nodes on, e.g. cuda:1 or cpu.")
+    runner: str = Field(description="What it writes into a claimed item's `worker`: <host>:<pid>/<name>.")
+    busy: bool = Field(description="Whether it runs an item now.")
+    item_id: int | None = Field(description="The item it runs now, or null.")
+    queue_id: str | None = Field(description="The queue of that item, or null.")
+    items_completed: int = Field(description="Items it has run to completion since the server started.")
+    cached_models: list[CachedModel] = Field(
+        description="Every model component in the shared RAM cache, and whether this worker's device holds it."
+    )
+
+
+@dataclass
+class _Worker:
+    name: str
+    device: torch.device
+    runner: str
+    models: ModelManager | None
+    wake: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    item: SessionQueueItem | None = None
+    items_completed: int = 0
+
+
+def runner_name(worker: str) -> str:
+    """`<host>:<pid>/<worker>`: enough to tell which server process and which of its workers ran an item."""
+    return f"{socket.gethostname()}:{os.getpid()}/{worker}"
+
+
+@contextmanager
+def _on_device(device: torch.device) -> Iterator[None]:
+    """The worker's device as its thread's current CUDA device, so that a bare "cuda" inside a node means it."""
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            yield
+    else:
+        yield
 
 
 def preview_image(image: Image.Image) -> ProgressImage:
@@ -64,87 +122,145 @@ class SessionProcessor:
         events: EventBus,
         models: ModelManager | None = None,
         tensors: TensorStore | None = None,
+        workers: list[tuple[str, ModelManager | None]] | None = None,
         poll_seconds: float | None = None,
     ) -> None:
-        """poll_seconds: look at the queue at least this often even without a local enqueue (a shared PostgreSQL
-        queue gets items, and a resume, from other servers); None: only when woken."""
+        """workers: (name, that worker's model manager) for each worker; by default one, on `models`' device.
+        poll_seconds: each worker looks at the queue at least this often even without a local enqueue (a shared
+        PostgreSQL queue gets items, and a resume, from other servers); None: only when woken."""
         self._queue = queue
         self._images = images
-        self._models = models
         self._tensors = tensors
         self._events = events
-        self._wake = threading.Event()
         self._stop = threading.Event()
         self._poll_seconds = poll_seconds
-        self._running_item: int | None = None
-        self._thread: threading.Thread | None = None
+        # Held around a claim: a pause waits for a claim under way, and a claim after it reads the pause (kept in the
+        # database, so that on a shared queue it pauses every server), so an item enqueued after pause() returns
+        # stays pending whichever worker looks.
+        self._claiming = threading.Lock()
+        if workers is None:
+            device = models.device if models is not None else torch.device("cpu")
+            workers = [(str(device) if ":" in str(device) else f"{device}#0", models)]
+        self._workers = [
+            _Worker(
+                name=name,
+                device=manager.device if manager is not None else torch.device("cpu"),
+                runner=runner_name(name),
+                models=manager,
+            )
+            for name, manager in workers
+        ]
         events.add_listener(
             self._on_enqueued, frozenset({BatchEnqueuedEvent.event_name, QueueItemsRetriedEvent.event_name})
         )
 
     def _on_enqueued(self, event: EventBase) -> None:
-        self._wake.set()
+        for worker in self._workers:
+            worker.wake.set()
 
     def wake(self) -> None:
         """Look for pending items now: after the relay reconnects, an enqueue on another server may have been
         missed."""
-        self._wake.set()
+        for worker in self._workers:
+            worker.wake.set()
 
     # Control, from any thread.
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._work, name="session-processor", daemon=True)
-        self._thread.start()
+        for worker in self._workers:
+            worker.thread = threading.Thread(
+                target=self._work, args=(worker,), name=f"session-worker-{worker.name}", daemon=True
+            )
+            worker.thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop taking items; a running item is canceled at its next check. Waits up to `timeout` seconds."""
+        """Stop taking items; running items are canceled at their next check. Waits up to `timeout` seconds in
+        all (the workers stop together, so a stop takes as long as the slowest node, not the sum)."""
         self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                logger.warning("The running node did not stop within %.0f s; leaving it behind", timeout)
-            self._thread = None
+        for worker in self._workers:
+            worker.wake.set()
+        end = time.monotonic() + timeout
+        for worker in self._workers:
+            if worker.thread is None:
+                continue
+            worker.thread.join(max(0.0, end - time.monotonic()))
+            if worker.thread.is_alive():
+                logger.warning("The node on %s did not stop within %.0f s; leaving it behind", worker.name, timeout)
+            worker.thread = None
 
     def pause(self) -> ProcessorStatus:
-        """Take no further items; the running one (if any) runs to its end. Kept in the database: it lasts across a
-        restart, and on a shared queue it pauses every server (the claim reads it)."""
-        self._queue.set_paused(True)
+        """Take no further items; the running ones (if any) run to their end. Kept in the database: it lasts across
+        a restart, and on a shared queue it pauses every server (the claim reads it)."""
+        with self._claiming:
+            self._queue.set_paused(True)
         return self.status()
 
     def resume(self) -> ProcessorStatus:
         self._queue.set_paused(False)
-        self._wake.set()
+        for worker in self._workers:
+            worker.wake.set()
         return self.status()
 
     def status(self) -> ProcessorStatus:
-        started = self._thread is not None and self._thread.is_alive() and not self._queue.is_paused()
-        return ProcessorStatus(is_started=started, is_processing=self._running_item is not None)
+        alive = any(worker.thread is not None and worker.thread.is_alive() for worker in self._workers)
+        running = sorted(worker.item.item_id for worker in self._workers if worker.item is not None)
+        return ProcessorStatus(
+            is_started=alive and not self._queue.is_paused(),
+            is_processing=bool(running),
+            workers=len(self._workers),
+            running_item_ids=running,
+        )
 
-    # The worker thread.
+    def workers(self) -> list[WorkerInfo]:
+        infos = []
+        for worker in self._workers:
+            item = worker.item  # read once: the worker thread may finish it meanwhile
+            infos.append(
+                WorkerInfo(
+                    name=worker.name,
+                    device=str(worker.device),
+                    runner=worker.runner,
+                    busy=item is not None,
+                    item_id=item.item_id if item is not None else None,
+                    queue_id=item.queue_id if item is not None else None,
+                    items_completed=worker.items_completed,
+                    cached_models=worker.models.cached_models() if worker.models is not None else [],
+                )
+            )
+        return infos
 
-    def _work(self) -> None:
-        while not self._stop.is_set():
-            # Cleared before looking, so an enqueue after the look still wakes the wait below.
-            self._wake.clear()
-            try:
-                item = self._queue.dequeue()  # None while paused: the claim reads the shared flag
-            except Exception:
-                logger.exception("Could not take the next queue item")
-                self._stop.wait(1.0)  # database trouble: retry, but not in a tight loop
-                continue
-            if item is None:
-                self._wake.wait(self._poll_seconds)
-                continue
-            self._running_item = item.item_id
-            try:
-                self._run_item(item)
-            except Exception:
-                # A broken item (or database trouble) must not end the worker: log it and go on.
-                logger.exception("Queue item %d could not be processed", item.item_id)
-            finally:
-                self._running_item = None
+    # The worker threads.
+
+    def _work(self, worker: _Worker) -> None:
+        with _on_device(worker.device):
+            while not self._stop.is_set():
+                # Cleared before looking, so an enqueue after the look still wakes the wait below.
+                worker.wake.clear()
+                try:
+                    with self._claiming:
+                        item = self._claim(worker)  # None while paused: the claim reads the shared flag
+                except Exception:
+                    logger.exception("%s could not take the next queue item", worker.name)
+                    self._stop.wait(1.0)  # database trouble: retry, but not in a tight loop
+                    continue
+                if item is None:
+                    worker.wake.wait(self._poll_seconds)
+                    continue
+                worker.item = item
+                logger.debug("Queue item %d runs on %s", item.item_id, worker.name)
+                try:
+                    if self._run_item(worker, item):
+                        worker.items_completed += 1
+                except Exception:
+                    # A broken item (or database trouble) must not end the worker: log it and go on.
+                    logger.exception("Queue item %d could not be processed", item.item_id)
+                finally:
+                    worker.item = None
+
+    def _claim(self, worker: _Worker) -> SessionQueueItem | None:
+        on_device = worker.models.models_on_device() if worker.models is not None else frozenset()
+        return self._queue.dequeue(worker.name, on_device)
 
     def _is_canceled(self, item_id: int) -> bool:
         return self._stop.is_set() or not self._queue.is_running(item_id)
@@ -152,12 +268,13 @@ class SessionProcessor:
     def _cancel_reason(self) -> str:
         return SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON
 
-    def _run_item(self, item: SessionQueueItem) -> None:
+    def _run_item(self, worker: _Worker, item: SessionQueueItem) -> bool:
+        """Run the item to its end; True if it completed."""
         if item.session is None:
             # A damaged row: it fails with the reason, and the worker goes on to the next item.
             logger.warning("Queue item %d cannot be run: %s", item.item_id, item.read_error)
             self._queue.fail(item.item_id, UNREADABLE_ERROR_TYPE, item.read_error or "unreadable", "", {})
-            return
+            return False
         graph_json = item.session.graph.model_dump(mode="json")
         outputs: dict[str, BaseInvocationOutput] = {}
         results: dict[str, dict[str, Any]] = {}
@@ -167,7 +284,7 @@ class SessionProcessor:
             for node_id in graph.order:
                 if self._is_canceled(item.item_id):
                     raise CanceledError(f"canceled before node {node_id!r}")
-                outputs[node_id] = self._run_node(item, graph, graph_json, node_id, outputs)
+                outputs[node_id] = self._run_node(worker, item, graph, graph_json, node_id, outputs)
                 results[node_id] = outputs[node_id].model_dump(mode="json")
         except CanceledError:
             self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
@@ -178,13 +295,15 @@ class SessionProcessor:
             else:
                 self._fail(item, error, results)
         else:
-            self._queue.complete(item.item_id, results)
+            return self._queue.complete(item.item_id, results)
         finally:
             if self._tensors is not None:
                 self._tensors.delete_owned(item.session_id)
+        return False
 
     def _run_node(
         self,
+        worker: _Worker,
         item: SessionQueueItem,
         graph: ValidatedGraph,
         graph_json: dict[str, Any],
@@ -220,11 +339,11 @@ class SessionProcessor:
                 images=self._images,
                 on_progress=on_progress,
                 is_canceled=lambda: self._is_canceled(item.item_id),
-                models=self._models,
+                models=worker.models,
                 tensors=self._tensors,
             )
             self._events.publish(InvocationStartedEvent(**ids))
-            with attention_caller(node_type):
+            with attention_caller(node_type, worker.name):
                 output = node.invoke(context)
         except CanceledError:
             raise

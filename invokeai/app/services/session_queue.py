@@ -32,6 +32,14 @@ from invokeai.app.services.events import (
     QueueItemStatusChangedEvent,
     QueuePrunedEvent,
 )
+from invokeai.app.services.queue_claims import (
+    AFFINITY_MAX_WAIT_S,
+    AFFINITY_WINDOW,
+    Candidate,
+    choose_item,
+    models_column,
+    read_models_column,
+)
 from invokeai.app.services.queue_models import (
     FINISHED_STATUSES,
     QUEUE_ITEM_STATUSES,
@@ -95,6 +103,14 @@ GraphCache = dict[int, tuple[dict[str, Any], Graph]]
 GraphTexts = dict[int, str | None]
 
 
+def _stored_time(text: object) -> datetime:
+    try:
+        value = datetime.fromisoformat(str(text))
+    except ValueError:
+        return _NO_TIME  # a damaged time: the item counts as long waiting, so it is never passed over
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def _status_fields(row: Row) -> dict[str, Any]:
     return {name: row[name] for name in _STATUS_COLUMNS}
 
@@ -143,7 +159,6 @@ def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
             origin=row["origin"],
             destination=row["destination"],
             retried_from_item_id=row["retried_from_item_id"],
-            worker=row["worker"],
             field_values=field_values or None,
             session=SessionState(
                 id=row["session_id"],
@@ -167,7 +182,7 @@ def _unreadable_item(row: Row, error: Exception) -> SessionQueueItem:
     if len(reason) > _READ_ERROR_CHARS:
         reason = reason[: _READ_ERROR_CHARS - 3] + "..."
     fields: dict[str, Any] = {}
-    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id", "worker"):
+    for name in (*_STATUS_COLUMNS, "priority", "origin", "destination", "retried_from_item_id"):
         try:
             fields[name] = _adapter(name).validate_python(row[name])
         except Exception:  # a damaged column is left out, as far as its type allows
@@ -204,6 +219,7 @@ class SessionQueue:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         requeue_interrupted: bool = False,
         server: str | None = None,
+        affinity_max_wait_s: float = AFFINITY_MAX_WAIT_S,
     ) -> None:
         self._db = db
         self._events = events
@@ -216,6 +232,7 @@ class SessionQueue:
         # for longer than the lease may find its item recovered and claimed by another: it must then neither
         # finish that run nor go on with its own (see _finish and is_running).
         self._claims: dict[int, str] = {}
+        self.affinity_max_wait_s = affinity_max_wait_s
 
     def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -257,9 +274,12 @@ class SessionQueue:
         sessions = expand_batch(batch, self.max_graph_nodes)
         now = now_iso()
         values = [
-            json.dumps([value.model_dump(mode="json") for value in session.field_values])
-            if session.field_values
-            else None
+            (
+                json.dumps([value.model_dump(mode="json") for value in session.field_values])
+                if session.field_values
+                else None,
+                models_column(session.graph),
+            )
             for session in sessions
         ]
         with self._db.transaction() as cursor:
@@ -274,7 +294,7 @@ class SessionQueue:
             ).fetchone()[0]
             cursor.executemany(
                 "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, graph_id, "
-                "field_values, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "field_values, models, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         queue_id,
@@ -285,11 +305,12 @@ class SessionQueue:
                         batch.destination,
                         graph_id,
                         field_values,
+                        models,
                         now,
                         now,
                     )
                     for _ in range(batch.runs)
-                    for field_values in values
+                    for field_values, models in values
                 ],
             )
             # The graph row is this request's own: its items are exactly the ones just inserted, in order.
@@ -349,9 +370,9 @@ class SessionQueue:
             for item_id in wanted:
                 row = cursor.execute(
                     "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
-                    "graph_id, field_values, retried_from_item_id, created_at, updated_at) "
-                    "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, item_id, "
-                    "?, ? FROM session_queue WHERE item_id = ? RETURNING item_id",
+                    "graph_id, field_values, models, retried_from_item_id, created_at, updated_at) "
+                    "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, models, "
+                    "item_id, ?, ? FROM session_queue WHERE item_id = ? RETURNING item_id",
                     (new_id(), now, now, item_id),
                 ).fetchone()
                 new_ids.append(int(row[0]))
@@ -359,16 +380,42 @@ class SessionQueue:
         self._events.publish(QueueItemsRetriedEvent(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids))
         return result
 
-    def dequeue(self, worker: str = "session-processor") -> SessionQueueItem | None:
-        """Claim the next pending item (highest priority, then oldest) for `worker` of this server: in_progress,
-        with a lease. None when there is none, or while the queue is paused (on any server sharing it).
+    def dequeue(
+        self, worker: str = "session-processor", on_device: frozenset[str] = frozenset()
+    ) -> SessionQueueItem | None:
+        """Claim the next pending item for `worker` of this server (kept in the item's `worker` as
+        `<host>:<pid>/<worker>`): in_progress, with a lease. The next item is the highest priority's oldest, unless a
+        later one of that priority uses only models in `on_device` (model tokens) and the oldest has waited less
+        than affinity_max_wait_s. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
         with self._db.transaction() as cursor:
-            candidates = self.lock_pending(cursor, limit=1)
-            rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
+            if on_device:
+                # Locked together (SKIP LOCKED on PostgreSQL): the one chosen is still pending when it is claimed.
+                candidates = self.lock_pending(cursor, AFFINITY_WINDOW, "item_id, priority, models, created_at")
+                chosen = self._affine_item(candidates, on_device)
+            else:
+                candidates = self.lock_pending(cursor, limit=1)
+                chosen = candidates[0]["item_id"] if candidates else None
+            rows = self.claim(cursor, chosen, worker) if chosen is not None else []
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
+
+    def _affine_item(self, candidates: Sequence[Row], on_device: frozenset[str]) -> int | None:
+        """Among the locked candidates of the highest priority, the one choose_item takes."""
+        if not candidates:
+            return None
+        top = candidates[0]["priority"]
+        return choose_item(
+            [
+                Candidate(row["item_id"], read_models_column(row["models"]), _stored_time(row["created_at"]))
+                for row in candidates
+                if row["priority"] == top
+            ],
+            on_device,
+            datetime.now(UTC),
+            self.affinity_max_wait_s,
+        )
 
     def lock_pending(self, cursor: Cursor, limit: int, columns: str = "item_id") -> list[Row]:
         """In a claiming transaction: the next `limit` pending items in run order, none while the queue is paused.
@@ -595,9 +642,11 @@ class SessionQueue:
                 "SELECT item_id, batch_id, session_id FROM session_queue WHERE queue_id = ? AND status = 'in_progress'",
                 (queue_id,),
             )
+        running = sorted(running, key=lambda row: row["item_id"])
         current = running[0] if running else None
         return QueueCounts(
             queue_id=queue_id,
+            item_ids=[row["item_id"] for row in running],
             item_id=current["item_id"] if current else None,
             batch_id=current["batch_id"] if current else None,
             session_id=current["session_id"] if current else None,

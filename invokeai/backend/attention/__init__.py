@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 from invokeai.backend.attention.settings import ATTENTION_SETTINGS, AttentionSetting
 
 if TYPE_CHECKING:
-    from invokeai.backend.attention.caller import NO_NODE, attention_caller, current_node_type
+    from invokeai.backend.attention.caller import (
+        NO_DEVICE,
+        NO_NODE,
+        attention_caller,
+        current_device,
+        current_node_type,
+    )
     from invokeai.backend.attention.install import install_attention, uninstall_attention
     from invokeai.backend.attention.memory import sdpa_score_matrix_bytes
     from invokeai.backend.attention.policy import kernel_order
@@ -30,7 +36,9 @@ _HOMES: dict[str, str] = {
     "uninstall_attention": "install",
     "attention_caller": "caller",
     "current_node_type": "caller",
+    "current_device": "caller",
     "NO_NODE": "caller",
+    "NO_DEVICE": "caller",
     "serving_kernel": "routing",
     "sdpa_score_matrix_bytes": "memory",
     "attention_stats": "stats",
@@ -39,11 +47,13 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "ATTENTION_SETTINGS",
+    "NO_DEVICE",
     "NO_NODE",
     "AttentionSetting",
     "AttentionStats",
     "attention_caller",
     "attention_stats",
+    "current_device",
     "current_node_type",
     "install_attention",
     "kernel_order",

@@ -93,6 +93,9 @@ class AttentionStats:
     """cuDNN demotions and SageAttention switched off at run time, oldest first."""
     counts: dict[str, dict[str, int]]
     """Completed attention calls: {node type: {serving kernel: calls}}; kernels are PyTorch's names, or sage."""
+    counts_by_device: dict[str, dict[str, dict[str, int]]]
+    """The same calls per session worker: {worker: {node type: {serving kernel: calls}}}. A worker is named by its
+    device (cuda:1) or, where several share one, cpu#N; "(no worker)" holds calls made outside any worker."""
 
 
 reports: list[AttentionReport] = []
@@ -107,14 +110,29 @@ def count(route: Route) -> None:
     next(tally.get(route) or tally.setdefault(route, itertools.count()))
 
 
-def call_counts() -> dict[str, dict[str, int]]:
-    """{node type: {serving kernel: calls}}, for the node types that made calls."""
-    merged: dict[str, dict[str, int]] = {}
-    for node, tally in tallies().items():
+def call_counts_by_device() -> dict[str, dict[str, dict[str, int]]]:
+    """{device: {node type: {serving kernel: calls}}}, for the devices and node types that made calls."""
+    merged: dict[str, dict[str, dict[str, int]]] = {}
+    for (device, node), tally in tallies().items():
         for route, counter in list(tally.items()):
-            per_node = merged.setdefault(node, {})
+            per_node = merged.setdefault(device, {}).setdefault(node, {})
             name = route_name(route)
             per_node[name] = per_node.get(name, 0) + calls_counted(counter)
+    return merged
+
+
+def call_counts() -> dict[str, dict[str, int]]:
+    """{node type: {serving kernel: calls}}, every device's calls added up."""
+    return _summed(call_counts_by_device())
+
+
+def _summed(by_device: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    merged: dict[str, dict[str, int]] = {}
+    for per_device in by_device.values():
+        for node, kernels in per_device.items():
+            per_node = merged.setdefault(node, {})
+            for kernel, calls in kernels.items():
+                per_node[kernel] = per_node.get(kernel, 0) + calls
     return merged
 
 
@@ -136,9 +154,10 @@ def reset() -> None:
 
 def attention_stats() -> AttentionStats:
     """The setting, the installed order and layers, the startup probe, every report and event so far, and the
-    completed calls per node type and kernel."""
+    completed calls per node type and kernel, in all and per device."""
     state = STATE
     window = state.window
+    by_device = call_counts_by_device()  # read once, so the totals are the sum of what is shown per device
     return AttentionStats(
         setting=state.setting,
         installed=state.installed,
@@ -153,5 +172,6 @@ def attention_stats() -> AttentionStats:
         sage=state.sage.version if state.sage is not None else None,
         reports=list(reports),
         events=list(events),
-        counts=call_counts(),
+        counts=_summed(by_device),
+        counts_by_device=by_device,
     )

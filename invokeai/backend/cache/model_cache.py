@@ -1,23 +1,29 @@
 """The model cache: models loaded on demand and kept in RAM up to a byte limit (least recently used evicted first),
-and moved to the execution device for a node after its working memory has been reserved there.
+and put on an execution device for a node after its working memory has been reserved there.
+
+One cache serves every session worker: the RAM copy is shared, so a model is read from disk once whatever the
+number of workers. Each device holds its own copy, made from the RAM copy (`device_copy`), so that one worker's
+move to its GPU never takes the model away from another worker; an offload drops that device's copy, and the RAM
+copy stays. On the CPU the RAM copy is the device copy.
 
 A node asks `on_device(key, loader, working_memory_bytes)` with an estimate from `working_memory.ESTIMATORS`; the
-cache reserves max(estimate, device_working_mem_bytes) on top of the model itself by offloading other models to the
-CPU, least recently used first, until the device reports that much free. Models stay on the device after the node
-(the next node often needs the same one) until a reservation needs the room. On the CPU nothing moves. The RAM
-limit counts every cached model wherever it is, since an offload brings it back to RAM.
+cache reserves max(estimate, device_working_mem_bytes) on top of the model itself by offloading other models from
+that device, least recently used first, until the device reports that much free. Models stay on the device after the
+node (the next node often needs the same one) until a reservation needs the room. On the CPU nothing moves. The RAM
+limit counts the RAM copies, which stay while a device holds a copy.
 
 Thread-safe: one lock guards the bookkeeping; a model in use by a node is never evicted or offloaded.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -49,11 +55,46 @@ def release_cached_blocks(device: torch.device) -> None:
     torch.cuda.empty_cache()
 
 
+def shares_ram_copy(device: torch.device) -> bool:
+    """Devices that run a model where the RAM copy is, without a copy of their own."""
+    return device.type == "cpu"
+
+
+def device_copy(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """A copy of `model` whose parameters and buffers are on `device`; `model` itself is left where it is. The
+    tensors are copied straight to the device (a deepcopy's memo maps each one to its device copy), so the copy
+    costs no second RAM copy on the way."""
+    memo: dict[int, Any] = {}
+    for parameter in model.parameters():
+        if id(parameter) not in memo:
+            memo[id(parameter)] = torch.nn.Parameter(
+                parameter.detach().to(device, copy=True), requires_grad=parameter.requires_grad
+            )
+    for buffer in model.buffers():
+        if id(buffer) not in memo:
+            memo[id(buffer)] = buffer.detach().to(device, copy=True)
+    return copy.deepcopy(model, memo)
+
+
+def _indexed(device: torch.device | str) -> torch.device:
+    """Parameters report an indexed CUDA device: compare like with like."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _device_of(model: torch.nn.Module) -> torch.device | None:
+    first = next(iter((*model.parameters(), *model.buffers())), None)
+    return None if first is None else first.device
+
+
 @dataclass
 class _Entry:
-    model: torch.nn.Module
+    model: torch.nn.Module  # the RAM copy, which every worker shares
     size: int
-    on_device: bool = False
+    # device -> the model on it; the CPU's is `model` itself.
+    copies: dict[torch.device, torch.nn.Module] = field(default_factory=dict)
     in_use: int = 0
     dropped: bool = False  # asked to leave while in use: it leaves when its last user releases it
 
@@ -61,16 +102,14 @@ class _Entry:
 class ModelCache:
     def __init__(self, max_cache_ram_bytes: int, execution_device: torch.device, device_working_mem_bytes: int) -> None:
         self.max_cache_ram_bytes = max_cache_ram_bytes
-        device = torch.device(execution_device)
-        if device.type == "cuda" and device.index is None:
-            # Parameters report an indexed device; compare like with like.
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = _indexed(execution_device)
         self.execution_device = device
         self.device_working_mem_bytes = device_working_mem_bytes
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._lock = threading.RLock()
         self._hits = self._misses = self._evictions = self._offloads = 0
         self._last_reservation: dict[str, Any] | None = None
+        self._devices: list[torch.device] = [device]  # every device a worker put models on
 
     # --- RAM ------------------------------------------------------------------------------------------------
 
@@ -88,7 +127,10 @@ class ModelCache:
             return entry
         self._misses += 1
         model = loader()
-        entry = _Entry(model, model_bytes(model), on_device=self._is_on_execution_device(model))
+        entry = _Entry(model, model_bytes(model))
+        where = _device_of(model)
+        if where is not None and where.type != "cpu":
+            entry.copies[where] = model  # a loader that put it on a device: that copy is the only one
         if self._make_room(entry.size):
             self._entries[key] = entry
         else:
@@ -119,8 +161,10 @@ class ModelCache:
                 else:
                     del self._entries[key]
                     removed += 1
-        if removed and reserves_device_memory(self.execution_device):
-            release_cached_blocks(self.execution_device)
+        if removed:
+            for device in self._devices:
+                if reserves_device_memory(device):
+                    release_cached_blocks(device)
         return removed
 
     def _cached_bytes(self) -> int:
@@ -129,17 +173,23 @@ class ModelCache:
     # --- execution device -----------------------------------------------------------------------------------
 
     @contextmanager
-    def on_device(self, key: str, loader: Loader, working_memory_bytes: int) -> Iterator[torch.nn.Module]:
-        """The model on the execution device, with max(working_memory_bytes, the floor) reserved beside it."""
-        device = self.execution_device
+    def on_device(
+        self, key: str, loader: Loader, working_memory_bytes: int, device: torch.device | None = None
+    ) -> Iterator[torch.nn.Module]:
+        """The model on `device` (the execution device unless given: a worker passes its own), with
+        max(working_memory_bytes, the floor) reserved beside it."""
+        device = self.execution_device if device is None else _indexed(device)
         with self._lock:
+            if device not in self._devices:
+                self._devices.append(device)
             entry = self._load_entry(key, loader)
             reserved = max(working_memory_bytes, self.device_working_mem_bytes)
-            needed = reserved + (0 if entry.on_device else entry.size)
-            short = self._reserve(entry, needed) if reserves_device_memory(device) else 0
-            if not entry.on_device:
-                entry.model.to(device)
-                entry.on_device = True
+            on_device = device in entry.copies
+            needed = reserved + (0 if on_device else entry.size)
+            short = self._reserve(device, entry, needed) if reserves_device_memory(device) else 0
+            if not on_device:
+                entry.copies[device] = entry.model if shares_ram_copy(device) else device_copy(entry.model, device)
+            model = entry.copies[device]
             self._last_reservation = {
                 "key": key,
                 "device": str(device),
@@ -150,25 +200,25 @@ class ModelCache:
             }
             entry.in_use += 1
         try:
-            yield entry.model
+            yield model
         finally:
             with self._lock:
                 entry.in_use -= 1
                 if entry.dropped and not entry.in_use and self._entries.get(key) is entry:
                     del self._entries[key]
 
-    def _reserve(self, wanted: _Entry, needed: int) -> int:
-        """Offload models other than `wanted` (not in use, least recently used first) until `needed` bytes are
-        free on the device; returns how many bytes are still missing (0 when the reservation holds)."""
-        device = self.execution_device
+    def _reserve(self, device: torch.device, wanted: _Entry, needed: int) -> int:
+        """Offload models other than `wanted` from `device` (not in use, least recently used first) until `needed`
+        bytes are free there; returns how many bytes are still missing (0 when the reservation holds)."""
         free = device_free_bytes(device)
         for entry in list(self._entries.values()):
             if free >= needed:
                 break
-            if entry is wanted or not entry.on_device or entry.in_use:
+            # in_use counts every worker's use: a model another device's worker holds is spared as well, which
+            # costs at most a later offload, never a model pulled from under a running node.
+            if entry is wanted or device not in entry.copies or entry.in_use:
                 continue
-            entry.model.to("cpu")
-            entry.on_device = False
+            del entry.copies[device]  # the RAM copy stays for every other worker
             self._offloads += 1
             release_cached_blocks(device)
             free = device_free_bytes(device)
@@ -181,22 +231,20 @@ class ModelCache:
             )
         return max(0, needed - free)
 
-    def _is_on_execution_device(self, model: torch.nn.Module) -> bool:
-        first = next(iter((*model.parameters(), *model.buffers())), None)
-        return first is not None and first.device == self.execution_device
-
     # --- reporting ------------------------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, device: torch.device | None = None) -> dict[str, Any]:
+        """What is cached; `on_device` is about `device` (the execution device unless given)."""
+        device = self.execution_device if device is None else _indexed(device)
         with self._lock:
             return {
                 "resident": [
-                    {"key": key, "size": entry.size, "on_device": entry.on_device, "in_use": entry.in_use > 0}
+                    {"key": key, "size": entry.size, "on_device": device in entry.copies, "in_use": entry.in_use > 0}
                     for key, entry in self._entries.items()
                 ],
                 "resident_bytes": self._cached_bytes(),
                 "max_cache_ram_bytes": self.max_cache_ram_bytes,
-                "execution_device": str(self.execution_device),
+                "execution_device": str(device),
                 "hits": self._hits,
                 "misses": self._misses,
                 "evictions": self._evictions,

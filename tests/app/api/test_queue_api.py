@@ -32,7 +32,12 @@ def test_enqueue_runs_and_answers_in_invokeais_shapes(client: TestClient) -> Non
         assert item["session"]["graph"]["nodes"]["resize"]["width"] == 24
         assert item["session"]["results"]["resize"]["image"]["image_name"].endswith(".png")
     assert counts(client) == {**EMPTY_COUNTS, "completed": 2, "total": 2}
-    assert client.get(f"{QUEUE}/status").json()["processor"] == {"is_started": True, "is_processing": False}
+    assert client.get(f"{QUEUE}/status").json()["processor"] == {
+        "is_started": True,
+        "is_processing": False,
+        "workers": 1,
+        "running_item_ids": [],
+    }
 
 
 def test_batch_data_makes_an_item_per_combination(client: TestClient) -> None:
@@ -206,7 +211,12 @@ def test_unknown_and_malformed_item_ids(make_client: MakeClient, path: str, stat
 
 
 def test_pause_and_resume(client: TestClient) -> None:
-    assert client.put(f"{QUEUE}/processor/pause").json() == {"is_started": False, "is_processing": False}
+    assert client.put(f"{QUEUE}/processor/pause").json() == {
+        "is_started": False,
+        "is_processing": False,
+        "workers": 1,
+        "running_item_ids": [],
+    }
     [item_id] = enqueue(client, IMAGE_GRAPH).json()["item_ids"]
     assert client.get(f"{QUEUE}/i/{item_id}").json()["status"] == "pending"
     assert client.put(f"{QUEUE}/processor/resume").json()["is_started"] is True

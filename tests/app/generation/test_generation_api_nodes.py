@@ -84,6 +84,9 @@ class StandInManager:
         self.reservations.append((record.name, component, self.working_memory(record, operation, **facts)))
         yield self.load(record, component)
 
+    def models_on_device(self) -> frozenset[str]:
+        return frozenset()  # the processor's claim asks; nothing here moves, so nothing is preferred
+
     def companion(self, record: ModelRecord, component: str) -> ModelRecord:
         return next(
             other

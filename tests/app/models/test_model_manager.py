@@ -192,7 +192,14 @@ def test_nodes_get_the_manager_and_the_tensor_store(
     while not seen and time.monotonic() < deadline:
         time.sleep(0.01)
     services = services_of(client)
-    assert seen == [(services.models, services.tensors)]
+    [(models, tensors)] = seen
+    # The worker's own manager (its device), on the server's records and its one shared RAM cache.
+    assert isinstance(models, ModelManager) and tensors is services.tensors
+    assert (models.records, models.cache, models.device) == (
+        services.models.records,
+        services.models.cache,
+        services.models.device,
+    )
 
 
 def test_a_context_without_them_says_so() -> None:

@@ -8,7 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from invokeai.backend.attention import NO_NODE, attention_caller, attention_stats, current_node_type, install_attention
+from invokeai.backend.attention import (
+    NO_DEVICE,
+    NO_NODE,
+    attention_caller,
+    attention_stats,
+    current_device,
+    current_node_type,
+    install_attention,
+)
 
 
 def test_caller_sets_and_restores_the_node_type() -> None:
@@ -100,3 +108,34 @@ def test_install_starts_counting_afresh() -> None:
     F.scaled_dot_product_attention(q, q, q)
     install_attention("efficient")
     assert attention_stats().counts == {}
+
+
+def test_counts_are_kept_per_device_and_add_up_to_the_totals() -> None:
+    install_attention("auto")
+    q = torch.randn(1, 1, 4, 4)
+
+    def worker(device: str, calls: int) -> None:
+        with attention_caller("sd_denoise", device):
+            for _ in range(calls):
+                F.scaled_dot_product_attention(q, q, q)
+
+    threads = [threading.Thread(target=worker, args=args) for args in (("cpu#0", 30), ("cpu#1", 50))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    F.scaled_dot_product_attention(q, q, q)
+    stats = attention_stats()
+    assert stats.counts_by_device == {
+        "cpu#0": {"sd_denoise": {"FLASH_ATTENTION": 30}},
+        "cpu#1": {"sd_denoise": {"FLASH_ATTENTION": 50}},
+        NO_DEVICE: {NO_NODE: {"FLASH_ATTENTION": 1}},
+    }
+    assert stats.counts == {"sd_denoise": {"FLASH_ATTENTION": 80}, NO_NODE: {"FLASH_ATTENTION": 1}}
+
+
+def test_a_nested_caller_keeps_the_enclosing_device() -> None:
+    with attention_caller("outer", "cuda:1"):
+        with attention_caller("inner"):
+            assert (current_device(), current_node_type()) == ("cuda:1", "inner")
+    assert current_device() == NO_DEVICE

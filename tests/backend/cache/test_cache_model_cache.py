@@ -301,3 +301,61 @@ def test_cuda_an_unsatisfiable_reservation_is_reported_short_and_the_model_still
     with cache.on_device("a", lambda: nn.Linear(16, 16), 2 * total) as a:
         assert a.weight.is_cuda
         assert cache.stats()["last_reservation"]["short_bytes"] > total
+
+
+def test_a_device_copy_leaves_the_ram_copy_where_it_is() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    copy = model_cache.device_copy(model, torch.device("meta"))
+    assert {t.device.type for t in (*copy.parameters(), *copy.buffers())} == {"meta"}
+    assert {t.device.type for t in (*model.parameters(), *model.buffers())} == {"cpu"}
+    assert isinstance(copy[0].weight, nn.Parameter) and copy[0].weight.requires_grad
+
+
+def test_two_workers_share_one_ram_copy_loaded_once() -> None:
+    """Two CPU workers asking for one model at once: it is read once, and on the CPU both run the RAM copy."""
+    cache = ModelCache(10 * LINEAR_BYTES, CPU, 0)
+    calls: list[str] = []
+    barrier = threading.Barrier(2)
+    got: list[nn.Module] = []
+
+    def worker() -> None:
+        barrier.wait()
+        with cache.on_device("a", linear_loader(calls, "a"), 0, CPU) as model:
+            got.append(model)
+            barrier.wait()  # both hold it at once: a model in use by one worker is there for the other
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls == ["a"]
+    assert got[0] is got[1] is cache.load("a", linear_loader(calls, "a"))
+
+
+def test_an_offload_from_one_device_leaves_the_other_devices_copy(stand_in_gpu: StandInFactory) -> None:
+    """Copies per device: a reservation on one device drops that device's copy only."""
+    cache, _ = stand_in_gpu(2 * LINEAR_BYTES, 0)
+    other = torch.device("meta")  # a second device, whose copy is a real copy
+    calls: list[str] = []
+    with cache.on_device("a", linear_loader(calls, "a"), 0, other) as on_other:
+        assert on_other.weight.device.type == "meta"
+    with cache.on_device("a", linear_loader(calls, "a"), 0):
+        pass
+    with cache.on_device("b", linear_loader(calls, "b"), LINEAR_BYTES):
+        assert on_device_keys(cache) == ["b"]  # "a" left the execution device...
+    assert [e["key"] for e in cache.stats(other)["resident"] if e["on_device"]] == ["a"]  # ...not the other one
+    assert cache.load("a", linear_loader(calls, "a")).weight.device.type == "cpu"
+    assert calls == ["a", "b"]
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_each_gpu_gets_its_own_copy_and_the_ram_copy_stays() -> None:
+    cache = ModelCache(2**30, torch.device("cuda", 0), 0)
+    devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    for device in devices:
+        with cache.on_device("a", lambda: nn.Linear(16, 16), 0, device) as model:
+            assert model.weight.device == device
+    assert cache.load("a", lambda: nn.Linear(16, 16)).weight.device.type == "cpu"
+    assert cache.stats()["misses"] == 1

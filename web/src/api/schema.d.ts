@@ -58,6 +58,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/app/devices": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Devices
+         * @description The session workers (generation_devices): each one's device, whether it is busy, its current item, the
+         *     items it completed and the models in the shared RAM cache with whether its device holds them.
+         */
+        get: operations["app_devices"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/queue/{queue_id}/enqueue_batch": {
         parameters: {
             query?: never;
@@ -624,6 +645,18 @@ export interface components {
                     [key: string]: number;
                 };
             };
+            /**
+             * Counts By Device
+             * @description The same calls per session worker: {worker: {node type: {serving kernel: calls}}}. A worker is named by its
+             *     device (cuda:1) or, where several share one, cpu#N; "(no worker)" holds calls made outside any worker.
+             */
+            counts_by_device: {
+                [key: string]: {
+                    [key: string]: {
+                        [key: string]: number;
+                    };
+                };
+            };
         };
         /**
          * Batch
@@ -803,6 +836,37 @@ export interface components {
              */
             value: boolean;
         };
+        /**
+         * CachedModel
+         * @description A model component in the shared RAM cache, as one worker's device sees it.
+         */
+        CachedModel: {
+            /**
+             * Key
+             * @description The model's key (GET /api/v2/models/).
+             */
+            key: string;
+            /**
+             * Name
+             * @description The model's name; null once its record is gone.
+             */
+            name: string | null;
+            /**
+             * Component
+             * @description The component, e.g. unet, text_encoder, vae, transformer.
+             */
+            component: string;
+            /**
+             * On Device
+             * @description Whether this worker's device holds it now (on the CPU: the RAM copy).
+             */
+            on_device: boolean;
+            /**
+             * Size Bytes
+             * @description Bytes of its parameters and buffers.
+             */
+            size_bytes: number;
+        };
         /** CancelByBatchIdsBody */
         CancelByBatchIdsBody: {
             /**
@@ -847,6 +911,16 @@ export interface components {
              * @description How many items were deleted.
              */
             deleted: number;
+        };
+        /** DevicesInfo */
+        DevicesInfo: {
+            /** @description Which server process answers (a queue item's `worker` names it). */
+            server: components["schemas"]["ServerIdentity"];
+            /**
+             * Workers
+             * @description One session worker per generation device, in setting order.
+             */
+            workers: components["schemas"]["WorkerInfo"][];
         };
         /** Edge */
         Edge: {
@@ -1975,9 +2049,20 @@ export interface components {
             is_started: boolean;
             /**
              * Is Processing
-             * @description An item is running now.
+             * @description An item is running now (on any worker).
              */
             is_processing: boolean;
+            /**
+             * Workers
+             * @description How many session workers there are (one per generation device).
+             * @default 1
+             */
+            workers: number;
+            /**
+             * Running Item Ids
+             * @description The items running now, one per busy worker, oldest first.
+             */
+            running_item_ids?: number[];
         };
         /** ProgressImage */
         ProgressImage: {
@@ -2014,16 +2099,21 @@ export interface components {
         };
         /**
          * QueueCounts
-         * @description Items per status in one queue, and the item running now (if it belongs to this queue).
+         * @description Items per status in one queue, and the items running now (those of this queue).
          */
         QueueCounts: {
             /** Queue Id */
             queue_id: string;
             /**
              * Item Id
-             * @description The item in progress, if any.
+             * @description The item in progress, if any; with several workers, the oldest of item_ids (batch_id and session_id are this item's).
              */
             item_id: number | null;
+            /**
+             * Item Ids
+             * @description Every item of this queue in progress now, oldest first.
+             */
+            item_ids: number[];
             /** Batch Id */
             batch_id: string | null;
             /** Session Id */
@@ -2087,6 +2177,11 @@ export interface components {
             started_at?: string | null;
             /** Completed At */
             completed_at?: string | null;
+            /**
+             * Worker
+             * @description Who runs (or ran) the item, as the queue item's `worker`: `<host>:<pid>/<worker>`.
+             */
+            worker?: string | null;
         };
         /**
          * QueueItemsCanceledEvent
@@ -2609,6 +2704,19 @@ export interface components {
              */
             seed: number;
         };
+        /** ServerIdentity */
+        ServerIdentity: {
+            /**
+             * Host
+             * @description The host name this server runs on.
+             */
+            host: string;
+            /**
+             * Pid
+             * @description The server's process id.
+             */
+            pid: number;
+        };
         /** SessionQueueItem */
         SessionQueueItem: {
             /** Item Id */
@@ -2670,15 +2778,15 @@ export interface components {
             /** Completed At */
             completed_at: string | null;
             /**
+             * Worker
+             * @description Who runs (or ran) the item, set when a worker claims it: `<host>:<pid>/<worker>`, the worker being its device (cuda:1) or cpu#N (e.g. gpu-box:4242/cuda:1). Null until claimed (and again once requeued).
+             */
+            worker?: string | null;
+            /**
              * Retried From Item Id
              * @description For an item made by retry_items_by_id: the failed or canceled item it retries.
              */
             retried_from_item_id?: number | null;
-            /**
-             * Worker
-             * @description Who runs or ran the item, `<host>:<pid>/<worker>` of its server; null until it is claimed (and again once requeued).
-             */
-            worker?: string | null;
             /**
              * Read Error
              * @description Set when the stored item cannot be read back (a damaged row): why. Its session and field_values are then null; a pending one fails when the processor takes it.
@@ -2777,6 +2885,52 @@ export interface components {
             /** Context */
             ctx?: Record<string, never>;
         };
+        /**
+         * WorkerInfo
+         * @description One session worker: its device, what it runs now and what it keeps on its device.
+         */
+        WorkerInfo: {
+            /**
+             * Name
+             * @description The worker's name: its device (cuda:1), or cpu#N where several share one.
+             */
+            name: string;
+            /**
+             * Device
+             * @description The torch device it runs nodes on, e.g. cuda:1 or cpu.
+             */
+            device: string;
+            /**
+             * Runner
+             * @description What it writes into a claimed item's `worker`: <host>:<pid>/<name>.
+             */
+            runner: string;
+            /**
+             * Busy
+             * @description Whether it runs an item now.
+             */
+            busy: boolean;
+            /**
+             * Item Id
+             * @description The item it runs now, or null.
+             */
+            item_id: number | null;
+            /**
+             * Queue Id
+             * @description The queue of that item, or null.
+             */
+            queue_id: string | null;
+            /**
+             * Items Completed
+             * @description Items it has run to completion since the server started.
+             */
+            items_completed: number;
+            /**
+             * Cached Models
+             * @description Every model component in the shared RAM cache, and whether this worker's device holds it.
+             */
+            cached_models: components["schemas"]["CachedModel"][];
+        };
     };
     responses: never;
     parameters: never;
@@ -2856,6 +3010,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AttentionStats"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    app_devices: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DevicesInfo"];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */

@@ -12,7 +12,10 @@ export function probeLine(probe: NonNullable<AttentionStats["probe"]>): string {
   );
 }
 
-function CountsTable(props: { counts: AttentionStats["counts"] }) {
+/** Calls made outside every session worker (scripts, tests); the server names them so. */
+const NO_WORKER = "(no worker)";
+
+function CountsTable(props: { counts: AttentionStats["counts"]; caption?: string }) {
   const nodes = Object.keys(props.counts).sort();
   const kernels = [...new Set(nodes.flatMap((n) => Object.keys(props.counts[n])))].sort();
   const max = Math.max(1, ...nodes.flatMap((n) => Object.values(props.counts[n])));
@@ -20,7 +23,7 @@ function CountsTable(props: { counts: AttentionStats["counts"] }) {
   return (
     <div class="table-wrap">
       <table class="attention-table">
-        <caption>Attention calls per node type and serving kernel</caption>
+        <caption>{props.caption ?? "Attention calls per node type and serving kernel"}</caption>
         <thead>
           <tr>
             <th scope="col">Node type</th>
@@ -59,6 +62,22 @@ function CountsTable(props: { counts: AttentionStats["counts"] }) {
         </tbody>
       </table>
     </div>
+  );
+}
+
+/** One table per session worker, shown only where several workers ran attention (one worker: the totals say it). */
+function DeviceCounts(props: { byDevice: AttentionStats["counts_by_device"] }) {
+  const workers = Object.keys(props.byDevice)
+    .filter((w) => w !== NO_WORKER)
+    .sort();
+  if (workers.length < 2) return null;
+  return (
+    <>
+      <h3>Calls per device</h3>
+      {workers.map((w) => (
+        <CountsTable key={w} counts={props.byDevice[w]} caption={`Attention calls on ${w}, per node type and serving kernel`} />
+      ))}
+    </>
   );
 }
 
@@ -118,6 +137,7 @@ export function AttentionPage() {
           </p>
           <h3>Calls per node type and kernel</h3>
           <CountsTable counts={a.counts} />
+          <DeviceCounts byDevice={a.counts_by_device} />
           <h3>"Not possible" reports</h3>
           {a.reports.length ? (
             <ul class="reports">

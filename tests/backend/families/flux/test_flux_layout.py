@@ -78,7 +78,9 @@ def test_a_bfl_safetensors_file_loads_back_to_the_same_transformer(
     actual = loaded.state_dict()
     assert sorted(actual) == sorted(expected)
     assert all(torch.equal(actual[name], expected[name]) for name in expected)
-    assert torch.equal(forward(loaded), forward(transformer))
+    # The weights are equal bit for bit (above); the outputs may differ in the last bits where the CPU's kernels
+    # take another path for tensors that start at another alignment (seen with one prefix and not the other).
+    torch.testing.assert_close(forward(loaded), forward(transformer), rtol=1e-5, atol=1e-6)
 
 
 def test_a_gguf_file_in_the_converters_layout_loads_through_diffusers_gguf_quantizer(
