@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from invokeai.app.services.database import Database
 from invokeai.app.services.sqlite import SqliteDatabase
 
 
@@ -30,9 +31,16 @@ def no_invokeai_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def db() -> Iterator[SqliteDatabase]:
-    """A fresh in-memory database with every migration applied."""
-    database = SqliteDatabase(None)
+def db(request: pytest.FixtureRequest) -> Iterator[Database]:
+    """A fresh database with every migration applied: in memory, or (parametrized "postgresql", see
+    engine_support.ENGINES) a new, empty PostgreSQL database."""
+    engine = getattr(request, "param", "sqlite")
+    if engine == "postgresql":
+        from invokeai.app.services.postgres import PostgresDatabase
+
+        database: Database = PostgresDatabase(request.getfixturevalue("postgres_url"), pool_size=8)
+    else:
+        database = SqliteDatabase(None)
     yield database
     database.close()
 

@@ -16,7 +16,7 @@ from invokeai.app import version as version_module
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.api.routers import app as app_router
 from invokeai.app.config import CliArgs, load_config
-from invokeai.app.config.describe import SETTINGS
+from invokeai.app.config.describe import SETTINGS, secret_settings
 from invokeai.backend.attention import AttentionStats, attention_stats
 from invokeai.backend.attention.probe import KernelProbe
 from invokeai.backend.attention.stats import AttentionEvent, AttentionReport
@@ -50,7 +50,8 @@ def test_config_answers_effective_settings(client: TestClient, tmp_path: Path) -
     body = response.json()
     assert body["root"] == str(tmp_path)
     assert body["config_file"] == str(tmp_path / "invokeai.yaml")
-    assert set(body["config"]) == set(SETTINGS) - {"api_token"}  # secret
+    assert set(body["config"]) == set(SETTINGS) - {"api_token", "database_url"}  # secret
+    assert secret_settings() == {"api_token", "database_url"}  # a URL may hold a password
     assert body["config"]["port"] == 9100  # from the file
     assert body["config"]["attention_backend"] == "efficient"  # from the environment
     assert body["config"]["models_dir"] == "/data/models"

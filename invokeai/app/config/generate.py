@@ -112,14 +112,17 @@ Values are taken as written, without the conversions that would surprise:
   NaN are refused, in the file and in environment variables alike;
 - `host` must not be empty, and a path setting must not be empty (an empty path would be the root itself).
 
-Two settings are also checked against the machine, after the values are valid and before the server starts,
+These settings are also checked against the machine, after the values are valid and before the server starts,
 with the same exit code 2 and one line each:
 
 - `device`: `cuda`, `cuda:N`, `mps` or `xpu` on a machine without that device is refused (`auto` always
   finds one);
 - `db_path`: it must be able to hold a SQLite database: its folder is created where missing, but a file in
   the way of that folder, a folder at the path itself, or an existing file that is not a SQLite database is
-  refused.
+  refused;
+- `database_url`: its PostgreSQL server must answer and accept the connection; the line names the host, the
+  port and the database (never the password) and PostgreSQL's reason. `database_url` together with
+  `use_memory_db` is refused as well.
 
 An environment variable `INVOKEAI_<NAME>` that is not a setting is not an error (variables outlive the settings
 they were set for), but it is ignored, so the start logs a warning that names the closest setting:
@@ -136,6 +139,27 @@ whole configuration is valid: the original is copied to `{CONFIG_FILE_NAME}.bak`
 taken) and the file is rewritten in the current schema; its comments stay in the backup.
 
 {_migration_lines()}
+
+## PostgreSQL
+
+With `database_url` set (`postgresql://user[:password]@host[:port]/database`), the session queue, the image
+records and the model records live in that PostgreSQL database instead of the SQLite file; the same numbered
+migrations create and upgrade its schema (servers starting together take turns). `invokeai-web` starts as
+always, with the setting in `invokeai.yaml` or as `INVOKEAI_DATABASE_URL`. Several servers, on one host or
+many, may name the same database: they share one queue, and each item is claimed by exactly one worker
+(`SELECT ... FOR UPDATE SKIP LOCKED`). Pausing the queue on one server pauses every server.
+
+- **Connections**: each server keeps a pool of at most `database_pool_size` connections (default 20): one per
+  session worker, one per API request answered at once (others wait for a free one), one for the lease keeper.
+  The PostgreSQL server's `max_connections` must cover every server's pool.
+- **Leases**: a running item carries a lease (`queue_lease_seconds`, default 30) that its server renews every
+  third of that time. Every server looks for expired leases as often: an item whose server stopped (killed,
+  crashed, lost power) is canceled with the reason "its server stopped while it was running", or, with
+  `requeue_interrupted: true`, put back as pending to run again. Completed items are never touched. A server
+  that starts recovers only expired leases, never items that other live servers run. Leases are compared with
+  each host's clock: keep the hosts' clocks synchronized (NTP).
+- **Files**: images and models stay files. Every server must see the same `outputs_dir`, and the model files at
+  the paths recorded (a shared `models_dir`).
 
 ## Settings
 

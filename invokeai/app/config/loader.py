@@ -109,6 +109,13 @@ def load_config(cli: CliArgs) -> LoadResult:
         **{name: in_env(name) for name in from_env},
         **{name: in_cli(name) for name in from_cli},
     }
+    if config.database_url and config.use_memory_db:
+        raise ConfigError(
+            [
+                f"{sources.get('database_url', 'database_url')} and {sources.get('use_memory_db', 'use_memory_db')} "
+                "are both set; use one: database_url keeps the database in PostgreSQL, use_memory_db in memory"
+            ]
+        )
     warnings = _unknown_env_vars()
 
     if settings_file.migrated_from is None:

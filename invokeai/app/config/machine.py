@@ -1,6 +1,7 @@
 """Settings that are valid as values but wrong for this machine: a device it lacks, a db_path that cannot hold a
-database. Checked at startup, before the server is built, so that they stop the start with exit code 2 and one
-line each, as bad values do, rather than with a traceback from inside the server's startup."""
+database, a database_url whose server does not answer. Checked at startup, before the server is built, so that
+they stop the start with exit code 2 and one line each, as bad values do, rather than with a traceback from inside
+the server's startup."""
 
 from __future__ import annotations
 
@@ -63,6 +64,17 @@ def database_problem(path: Path) -> str | None:
     return None
 
 
+def postgres_problem(url: str) -> str | None:
+    """Why the PostgreSQL server of `url` cannot be used (naming host, port and database, never the password)."""
+    from invokeai.app.services.postgres import DatabaseUnreachableError, check_reachable
+
+    try:
+        check_reachable(url)
+    except DatabaseUnreachableError as error:
+        return str(error)
+    return None
+
+
 def check_machine(loaded: LoadResult) -> None:
     """Raises ConfigError with a line for each setting that this machine cannot honour."""
     config = loaded.config
@@ -73,7 +85,10 @@ def check_machine(loaded: LoadResult) -> None:
         why := generation_devices_problem(config.generation_devices, config.device)
     ):
         problems.append(f"{_subject(loaded, 'generation_devices')} is {config.generation_devices!r}; {why}")
-    if not config.use_memory_db and (why := database_problem(config.db_file)) is not None:
+    if config.database_url:
+        if (why := postgres_problem(config.database_url)) is not None:
+            problems.append(f"{_subject(loaded, 'database_url')}: {why}")
+    elif not config.use_memory_db and (why := database_problem(config.db_file)) is not None:
         problems.append(f"{_subject(loaded, 'db_path')} is {str(config.db_path)!r}; {why}")
     if problems:
         raise ConfigError(problems)

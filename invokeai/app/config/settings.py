@@ -242,6 +242,43 @@ class InvokeAIAppConfig(BaseSettings):
         "Keep the database in memory instead of db_path; everything in it is lost on exit. For tests and demos.",
         startup_only=True,
     )
+    database_url: str = setting(
+        "",
+        "PostgreSQL database that holds the session queue, the image records and the model records, as "
+        "postgresql://user[:password]@host[:port]/database (postgres:// also). Several servers may name the same "
+        "database: they share one queue, and each item runs on exactly one of them. Empty: the SQLite file at "
+        "db_path. Cannot be combined with use_memory_db. Pool, leases and shared folders: docs/configuration.md, "
+        "PostgreSQL.",
+        startup_only=True,
+        allowed="postgresql://user[:password]@host[:port]/database, postgres://..., or empty (the SQLite file)",
+        secret=True,
+        pattern=r"^(|postgres(ql)?://[^/\s]+/[^/\s?]+(\?\S*)?)$",
+    )
+    database_pool_size: int = setting(
+        20,
+        "Most connections a server opens to the PostgreSQL database (database_url): one for each session worker and "
+        "each API request being answered at once, and one for the lease keeper; a request waits for a free one. "
+        "Every server on the database takes up to this many of the PostgreSQL server's max_connections.",
+        startup_only=True,
+        ge=2,
+        le=1000,
+    )
+    queue_lease_seconds: int = setting(
+        30,
+        "While a queue item runs, its server renews the item's lease every third of this time. An item whose "
+        "lease ran out belongs to a server that stopped (killed, crashed, lost power): any server on the database "
+        "then cancels it or requeues it (requeue_interrupted). Longer: fewer renewals, a later recovery.",
+        startup_only=True,
+        ge=3,
+        le=3600,
+    )
+    requeue_interrupted: bool = setting(
+        False,
+        "What becomes of an item whose server stopped while it was running (its lease ran out, or on SQLite, "
+        "the server restarted): false: it is canceled, with a reason that says its server stopped; true: it is put "
+        "back as pending, to run again from its start.",
+        startup_only=True,
+    )
     max_queue_size: int = setting(
         10000,
         "Most queue items that may be pending at once. A batch that would take the queue past it is refused "

@@ -7,14 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from invokeai.app.config import InvokeAIAppConfig
+from invokeai.app.services.database import Database, open_database
 from invokeai.app.services.events import EventBus
 from invokeai.app.services.images import THUMBNAILS_DIR, ImageService
 from invokeai.app.services.model_install import ModelInstallService
 from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelRecordService
+from invokeai.app.services.queue_leases import LeaseKeeper
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
-from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.devices import choose_device, choose_dtype, choose_generation_devices, worker_names
@@ -23,11 +24,12 @@ logger = logging.getLogger(__name__)
 
 MEGABYTE = 1024 * 1024
 GIGABYTE = 1024 * MEGABYTE
+POSTGRES_POLL_SECONDS = 0.5
 
 
 @dataclass
 class Services:
-    db: SqliteDatabase
+    db: Database
     events: EventBus
     images: ImageService
     queue: SessionQueue
@@ -35,12 +37,17 @@ class Services:
     models: ModelManager
     installer: ModelInstallService
     tensors: TensorStore
+    leases: LeaseKeeper
 
     def start(self, run_processor: bool = True, demo_models: bool = False) -> None:
         """demo_models: install the demo models if no model is installed (before the processor takes items)."""
         recovered = self.queue.recover_interrupted()
         if recovered:
-            logger.info("Canceled %d queue item(s) that were running when the server last stopped", recovered)
+            logger.info(
+                "%s %d queue item(s) that were running when their server stopped",
+                "Requeued" if self.queue.requeue_interrupted else "Canceled",
+                recovered,
+            )
         self.installer.remove_stale_staging()
         remove_leftover_temporaries(self.images.outputs_dir)
         if demo_models:
@@ -51,11 +58,13 @@ class Services:
             except Exception:
                 # The server is useful without them (models can be installed over the API): say why, and go on.
                 logger.exception("Could not install the demo models")
+        self.leases.start()
         if run_processor:
             self.processor.start()
 
     def stop(self) -> None:
         self.processor.stop()
+        self.leases.stop()
         self.db.close()
 
 
@@ -70,15 +79,26 @@ def remove_leftover_temporaries(outputs_dir: Path) -> None:
 
 def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     """Open (or create and migrate) the database and build the services on it; starts nothing."""
-    db = SqliteDatabase(None if config.use_memory_db else config.db_file)
+    db = open_database(config)
     images = ImageService(db, config.outputs_path, config.max_upload_mb * MEGABYTE)
-    queue = SessionQueue(db, events, config.max_queue_size, config.max_graph_nodes)
+    queue = SessionQueue(
+        db,
+        events,
+        config.max_queue_size,
+        config.max_graph_nodes,
+        lease_seconds=config.queue_lease_seconds,
+        requeue_interrupted=config.requeue_interrupted,
+    )
     models = build_model_manager(config, ModelRecordService(db))
     installer = ModelInstallService(
         models.records, config.models_path, events, hash_models=config.hash_models, on_delete=models.forget
     )
     tensors = TensorStore()
-    processor = SessionProcessor(queue, images, events, models, tensors, workers=worker_managers(config, models))
+    # On a shared PostgreSQL queue, items and a resume may come from other servers, which this one is not told of.
+    poll = POSTGRES_POLL_SECONDS if db.dialect == "postgresql" else None
+    processor = SessionProcessor(
+        queue, images, events, models, tensors, workers=worker_managers(config, models), poll_seconds=poll
+    )
     return Services(
         db=db,
         events=events,
@@ -88,6 +108,7 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         models=models,
         installer=installer,
         tensors=tensors,
+        leases=LeaseKeeper(queue),
     )
 
 

@@ -1,11 +1,10 @@
-"""Images: PNG files under outputs_dir, each with a record in SQLite; the only way in and out for image data."""
+"""Images: PNG files under outputs_dir, each with a record in the database; the only way in and out for image data."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import sqlite3
 import uuid
 from collections.abc import Callable
 from io import BytesIO
@@ -15,7 +14,7 @@ from typing import Any, Literal
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 from pydantic import BaseModel, Field
 
-from invokeai.app.services.sqlite import SqliteDatabase
+from invokeai.app.services.database import Database, Row
 from invokeai.app.services.timestamps import now_iso
 
 # Names are generated here (uuid4 hex); anything else cannot name a stored image, which is what keeps paths
@@ -86,7 +85,7 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
         raise
 
 
-def _row_to_record(row: sqlite3.Row) -> ImageRecord:
+def _row_to_record(row: Row) -> ImageRecord:
     return ImageRecord(
         image_name=row["image_name"],
         width=row["width"],
@@ -104,7 +103,7 @@ _RECORD_COLUMNS = "image_name, width, height, created_at, origin, session_id, no
 class ImageService:
     def __init__(
         self,
-        db: SqliteDatabase,
+        db: Database,
         outputs_dir: Path,
         max_upload_bytes: int,
         max_upload_pixels: int = DEFAULT_MAX_UPLOAD_PIXELS,
@@ -224,7 +223,8 @@ class ImageService:
         """One page of records, newest first, and the total number of images."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must not be negative")
-        with self._db.lock:
+        # rowid: SQLite's insertion order; on PostgreSQL a column of that name (see migration 1).
+        with self._db.read_transaction():
             total = int(self._db.execute("SELECT COUNT(*) AS n FROM images")[0]["n"])
             rows = self._db.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM images ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",

@@ -1,4 +1,5 @@
-"""Model records: what is installed (name, family, type, format, where, how big, its hash), one row each in SQLite.
+"""Model records: what is installed (name, family, type, format, where, how big, its hash), one row each in the
+database.
 
 Nodes name a model with a `ModelIdentifier` (its key or its name); the model manager resolves it to a record here.
 """
@@ -6,12 +7,11 @@ Nodes name a model with a `ModelIdentifier` (its key or its name); the model man
 from __future__ import annotations
 
 import re
-import sqlite3
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from invokeai.app.services.sqlite import SqliteDatabase
+from invokeai.app.services.database import Database, IntegrityError, Row
 from invokeai.app.services.timestamps import now_iso
 from invokeai.backend.families import family_names
 
@@ -99,12 +99,12 @@ def check_model_name(name: str) -> str:
 _COLUMNS = tuple(ModelRecord.model_fields)
 
 
-def _record(row: sqlite3.Row) -> ModelRecord:
+def _record(row: Row) -> ModelRecord:
     return ModelRecord(**{column: row[column] for column in _COLUMNS})
 
 
 class ModelRecordService:
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     def add(self, record: ModelRecord, *, owned: bool = False) -> ModelRecord:
@@ -117,7 +117,7 @@ class ModelRecordService:
         try:
             with self._db.transaction() as cursor:
                 cursor.execute(f"INSERT INTO models ({columns}) VALUES ({marks})", values)
-        except sqlite3.IntegrityError:
+        except IntegrityError:
             raise self._conflict(record.name, record.key) from None
         return record
 
@@ -133,19 +133,21 @@ class ModelRecordService:
         return _record(rows[0])
 
     def get_by_name(self, name: str) -> ModelRecord:
-        rows = self._db.execute("SELECT * FROM models WHERE name = ?", (name,))
+        # lower(): names are unique case-insensitively (migration 3); on PostgreSQL its index answers this.
+        rows = self._db.execute("SELECT * FROM models WHERE lower(name) = lower(?)", (name,))
         if not rows:
             raise ModelNotFoundError(f"no model named {name!r}")
         return _record(rows[0])
 
     def exists(self, name: str) -> bool:
-        return bool(self._db.execute("SELECT 1 FROM models WHERE name = ?", (name,)))
+        return bool(self._db.execute("SELECT 1 FROM models WHERE lower(name) = lower(?)", (name,)))
 
     def list(self, family: str | None = None, type: str | None = None) -> list[ModelRecord]:
         """Every record (optionally of one family and/or type), by name."""
         rows = self._db.execute(
-            "SELECT * FROM models WHERE (:family IS NULL OR family = :family) AND (:type IS NULL OR type = :type) "
-            "ORDER BY name COLLATE NOCASE, key",
+            # CAST: PostgreSQL must know a parameter's type, and a NULL alone does not say it.
+            "SELECT * FROM models WHERE (CAST(:family AS TEXT) IS NULL OR family = :family) "
+            "AND (CAST(:type AS TEXT) IS NULL OR type = :type) ORDER BY lower(name), key",
             {"family": family, "type": type},
         )
         return [_record(row) for row in rows]
@@ -178,7 +180,7 @@ class ModelRecordService:
                     f"UPDATE models SET {assignments}, updated_at = :updated_at WHERE key = :key",
                     {**changes, "updated_at": now_iso(), "key": key},
                 )
-            except sqlite3.IntegrityError:
+            except IntegrityError:
                 raise DuplicateModelNameError(f"a model named {changes['name']!r} already exists") from None
         return current.model_copy(update=changes)
 

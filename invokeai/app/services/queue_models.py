@@ -116,7 +116,8 @@ class SessionQueueItem(BaseModel):
     worker: str | None = Field(
         None,
         description="Who runs (or ran) the item, set when a worker claims it: `<host>:<pid>/<worker>`, the "
-        "worker being its device (cuda:1) or cpu#N (e.g. gpu-box:4242/cuda:1). Null until claimed.",
+        "worker being its device (cuda:1) or cpu#N (e.g. gpu-box:4242/cuda:1). Null until claimed (and again once "
+        "requeued).",
     )
     retried_from_item_id: int | None = Field(
         None, description="For an item made by retry_items_by_id: the failed or canceled item it retries."

@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import io
 import logging
-import os
-import socket
 import threading
 import time
 import traceback
@@ -87,11 +85,6 @@ class _Worker:
     items_completed: int = 0
 
 
-def runner_name(worker: str) -> str:
-    """`<host>:<pid>/<worker>`: enough to tell which server process and which of its workers ran an item."""
-    return f"{socket.gethostname()}:{os.getpid()}/{worker}"
-
-
 @contextmanager
 def _on_device(device: torch.device) -> Iterator[None]:
     """The worker's device as its thread's current CUDA device, so that a bare "cuda" inside a node means it."""
@@ -123,20 +116,20 @@ class SessionProcessor:
         models: ModelManager | None = None,
         tensors: TensorStore | None = None,
         workers: list[tuple[str, ModelManager | None]] | None = None,
+        poll_seconds: float | None = None,
     ) -> None:
-        """workers: (name, that worker's model manager) for each worker; by default one, on `models`' device."""
+        """workers: (name, that worker's model manager) for each worker; by default one, on `models`' device.
+        poll_seconds: look at the queue at least this often even without a local enqueue (a shared PostgreSQL
+        queue gets items, and a resume, from other servers); None: only when woken."""
         self._queue = queue
         self._images = images
         self._tensors = tensors
         self._events = events
         self._stop = threading.Event()
-        self._paused = threading.Event()
-        # Held around "not paused? then claim": a pause waits for a claim under way and no claim starts after it,
-        # so an item enqueued after pause() returns stays pending whichever worker looks.
+        # Held around each claim (which reads the pause from the database) and around a pause: a pause waits for a
+        # claim under way, so an item enqueued after pause() returns stays pending whichever worker looks.
         self._claiming = threading.Lock()
-        # A pause lasts across a restart: whoever paused it expects no item to start until they resume.
-        if queue.is_paused():
-            self._paused.set()
+        self._poll_seconds = poll_seconds
         if workers is None:
             device = models.device if models is not None else torch.device("cpu")
             workers = [(str(device) if ":" in str(device) else f"{device}#0", models)]
@@ -144,7 +137,7 @@ class SessionProcessor:
             _Worker(
                 name=name,
                 device=manager.device if manager is not None else torch.device("cpu"),
-                runner=runner_name(name),
+                runner=f"{queue.server}/{name}",
                 models=manager,
             )
             for name, manager in workers
@@ -183,15 +176,14 @@ class SessionProcessor:
             worker.thread = None
 
     def pause(self) -> ProcessorStatus:
-        """Take no further items; the running ones (if any) run to their end. Kept across a restart."""
-        self._queue.set_paused(True)
+        """Take no further items; the running ones (if any) run to their end. Kept in the database: it lasts across
+        a restart, and on a shared queue it pauses every server (the claim reads it)."""
         with self._claiming:
-            self._paused.set()
+            self._queue.set_paused(True)
         return self.status()
 
     def resume(self) -> ProcessorStatus:
         self._queue.set_paused(False)
-        self._paused.clear()
         for worker in self._workers:
             worker.wake.set()
         return self.status()
@@ -200,7 +192,7 @@ class SessionProcessor:
         alive = any(worker.thread is not None and worker.thread.is_alive() for worker in self._workers)
         running = sorted(worker.item.item_id for worker in self._workers if worker.item is not None)
         return ProcessorStatus(
-            is_started=alive and not self._paused.is_set(),
+            is_started=alive and not self._queue.is_paused(),
             is_processing=bool(running),
             workers=len(self._workers),
             running_item_ids=running,
@@ -233,13 +225,13 @@ class SessionProcessor:
                 worker.wake.clear()
                 try:
                     with self._claiming:
-                        item = None if self._paused.is_set() else self._claim(worker)
+                        item = self._claim(worker)  # None while paused: the claim reads the shared flag
                 except Exception:
                     logger.exception("%s could not take the next queue item", worker.name)
                     self._stop.wait(1.0)  # database trouble: retry, but not in a tight loop
                     continue
                 if item is None:
-                    worker.wake.wait()
+                    worker.wake.wait(self._poll_seconds)
                     continue
                 worker.item = item
                 logger.debug("Queue item %d runs on %s", item.item_id, worker.name)
@@ -254,7 +246,7 @@ class SessionProcessor:
 
     def _claim(self, worker: _Worker) -> SessionQueueItem | None:
         on_device = worker.models.models_on_device() if worker.models is not None else frozenset()
-        return self._queue.dequeue(worker.runner, on_device)
+        return self._queue.dequeue(worker.name, on_device)
 
     def _is_canceled(self, item_id: int) -> bool:
         return self._stop.is_set() or not self._queue.is_running(item_id)

@@ -1,14 +1,18 @@
-"""The session queue: queue items in SQLite, from enqueue through pending -> in_progress -> a finished status.
+"""The session queue: queue items in the database (SQLite or PostgreSQL), from enqueue through pending ->
+in_progress -> a finished status.
 
-Every status change goes through this class, which publishes queue_item_status_changed after it commits.
+Every status change goes through this class, which publishes queue_item_status_changed after it commits. Several
+servers may share one PostgreSQL queue: an item is claimed by one worker, carries a lease that its server renews,
+and is recovered by any server once the lease runs out.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
-import sqlite3
+import socket
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
@@ -18,6 +22,7 @@ from pydantic import TypeAdapter
 
 from invokeai.app.nodes.graph import Graph
 from invokeai.app.services.batch import expand_batch, item_count
+from invokeai.app.services.database import Cursor, Database, Row, skip_locked
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     EventBus,
@@ -48,12 +53,13 @@ from invokeai.app.services.queue_models import (
     SessionState,
     new_id,
 )
-from invokeai.app.services.sqlite import SqliteDatabase
-from invokeai.app.services.timestamps import now_iso
+from invokeai.app.services.timestamps import iso_in, now_iso
 
 logger = logging.getLogger(__name__)
 
 RESTART_REASON = "the server stopped while this item was running"
+LEASE_EXPIRED_REASON = "its server stopped while it was running"
+DEFAULT_LEASE_SECONDS = 30
 SHUTDOWN_REASON = "the server was shutting down"
 CANCEL_REASON = "canceled by request"
 
@@ -75,6 +81,8 @@ class RetryRefusedError(ValueError):
 
 # The columns a queue_item_status_changed event repeats from the item, under the same names.
 _STATUS_COLUMNS = tuple(name for name in QueueItemStatusChangedEvent.model_fields if name != "timestamp")
+# A pending item that may be claimed now: none is while the queue is paused (the flag every server reads).
+_CLAIMABLE = "status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0)"
 _SELECT_ITEMS = "SELECT * FROM session_queue q"  # without the graph text: see SessionQueue._items
 # A JSON escape of a UTF-16 surrogate: json.loads turns a lone one into a str that cannot be encoded as UTF-8.
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -105,7 +113,7 @@ def _stored_time(text: object) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _status_fields(row: sqlite3.Row) -> dict[str, Any]:
+def _status_fields(row: Row) -> dict[str, Any]:
     return {name: row[name] for name in _STATUS_COLUMNS}
 
 
@@ -119,7 +127,7 @@ def _loads(text: object) -> Any:
     return value
 
 
-def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], texts: GraphTexts, graphs: GraphCache) -> Graph:
+def _graph(row: Row, field_values: list[NodeFieldValue], texts: GraphTexts, graphs: GraphCache) -> Graph:
     """The batch's graph with this item's batch data put in (validated when the batch was enqueued)."""
     graph_id = row["graph_id"]
     if graph_id not in graphs:
@@ -139,7 +147,7 @@ def _graph(row: sqlite3.Row, field_values: list[NodeFieldValue], texts: GraphTex
     return Graph.model_validate({**data, "nodes": nodes})
 
 
-def _item(row: sqlite3.Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
+def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
     """The item as stored; a row that cannot be read back (damaged) is returned with read_error saying why."""
     try:
         field_values = (
@@ -170,7 +178,7 @@ def _adapter(name: str) -> TypeAdapter[Any]:
     return TypeAdapter(SessionQueueItem.model_fields[name].annotation)
 
 
-def _unreadable_item(row: sqlite3.Row, error: Exception) -> SessionQueueItem:
+def _unreadable_item(row: Row, error: Exception) -> SessionQueueItem:
     """Every column that still reads as its type, without the session; read_error says what is wrong."""
     reason = f"the stored item cannot be read: {type(error).__name__}: {error}"
     if len(reason) > _READ_ERROR_CHARS:
@@ -189,7 +197,7 @@ def _unreadable_item(row: sqlite3.Row, error: Exception) -> SessionQueueItem:
     )
 
 
-def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
+def _status_event(row: Row) -> QueueItemStatusChangedEvent:
     try:
         return QueueItemStatusChangedEvent(**_status_fields(row))
     except ValueError as error:  # a damaged row: the event says what still reads
@@ -197,22 +205,38 @@ def _status_event(row: sqlite3.Row) -> QueueItemStatusChangedEvent:
         return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS})
 
 
+def this_server() -> str:
+    """`<host>:<pid>`: what a claimed item's `worker` starts with, so that a server finds the items it runs."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 class SessionQueue:
     def __init__(
         self,
-        db: SqliteDatabase,
+        db: Database,
         events: EventBus,
         max_queue_size: int,
         max_graph_nodes: int | None = None,
+        *,
         affinity_max_wait_s: float = AFFINITY_MAX_WAIT_S,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        requeue_interrupted: bool = False,
+        server: str | None = None,
     ) -> None:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
         self.max_graph_nodes = max_graph_nodes  # None: no limit (the server passes its setting)
         self.affinity_max_wait_s = affinity_max_wait_s
+        self.lease_seconds = lease_seconds
+        self.requeue_interrupted = requeue_interrupted
+        self.server = server or this_server()
+        # item_id -> the worker that claimed it, for the items this server runs. A server cut off from the database
+        # for longer than the lease may find its item recovered and claimed by another: it must then neither
+        # finish that run nor go on with its own (see _finish and is_running).
+        self._claims: dict[int, str] = {}
 
-    def _items(self, rows: Sequence[sqlite3.Row]) -> list[SessionQueueItem]:
+    def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
         graph_ids = list({row["graph_id"] for row in rows})
         texts: GraphTexts = {}
@@ -226,11 +250,11 @@ class SessionQueue:
         graphs: GraphCache = {}
         return [_item(row, texts, graphs) for row in rows]
 
-    def _publish_changes(self, rows: Sequence[sqlite3.Row]) -> None:
+    def _publish_changes(self, rows: Sequence[Row]) -> None:
         for row in rows:
             self._events.publish(_status_event(row))
 
-    def _pending_count(self, cursor: sqlite3.Cursor) -> int:
+    def _pending_count(self, cursor: Cursor) -> int:
         return int(cursor.execute("SELECT COUNT(*) FROM session_queue WHERE status = 'pending'").fetchone()[0])
 
     def _check_room(self, pending: int, requested: int) -> None:
@@ -266,8 +290,10 @@ class SessionQueue:
             if prepend:
                 top = cursor.execute("SELECT MAX(priority) FROM session_queue WHERE status = 'pending'").fetchone()[0]
                 priority = max(top or 0, 0) + 1
-            cursor.execute("INSERT INTO session_queue_graphs (graph) VALUES (?)", (batch.graph.model_dump_json(),))
-            graph_id = cursor.lastrowid
+            graph_id = cursor.execute(
+                "INSERT INTO session_queue_graphs (graph) VALUES (?) RETURNING graph_id",
+                (batch.graph.model_dump_json(),),
+            ).fetchone()[0]
             cursor.executemany(
                 "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, graph_id, "
                 "field_values, models, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -344,37 +370,41 @@ class SessionQueue:
             self._check_room(self._pending_count(cursor), len(wanted))
             new_ids = []
             for item_id in wanted:
-                cursor.execute(
+                row = cursor.execute(
                     "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, "
                     "graph_id, field_values, models, retried_from_item_id, created_at, updated_at) "
                     "SELECT queue_id, batch_id, ?, priority, origin, destination, graph_id, field_values, models, "
-                    "item_id, ?, ? FROM session_queue WHERE item_id = ?",
+                    "item_id, ?, ? FROM session_queue WHERE item_id = ? RETURNING item_id",
                     (new_id(), now, now, item_id),
-                )
-                new_ids.append(int(cursor.lastrowid or 0))
+                ).fetchone()
+                new_ids.append(int(row[0]))
         result = RetryItemsResult(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids)
         self._events.publish(QueueItemsRetriedEvent(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids))
         return result
 
-    def dequeue(self, worker: str | None = None, on_device: frozenset[str] = frozenset()) -> SessionQueueItem | None:
-        """Claim the next pending item for `worker` (`<host>:<pid>/<worker name>`, kept in the item's `worker`):
-        mark it in_progress and return it. The next item is the highest priority's oldest, unless a later one of
-        that priority uses only models in `on_device` (model tokens) and the oldest has waited less than
-        affinity_max_wait_s.
+    def dequeue(
+        self, worker: str = "session-processor", on_device: frozenset[str] = frozenset()
+    ) -> SessionQueueItem | None:
+        """Claim the next pending item for `worker` of this server: in_progress, with a lease, and `<host>:<pid>/
+        <worker>` in the item's `worker`. The next item is the highest priority's oldest, unless a later one of that
+        priority uses only models in `on_device` (model tokens) and the oldest has waited less than
+        affinity_max_wait_s. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
-        now = now_iso()
         with self._db.transaction() as cursor:
             chosen = self._affine_item(cursor, on_device) if on_device else None
-            rows = self._claim(cursor, now, worker, chosen)
-            if not rows and chosen is not None:
-                rows = self._claim(cursor, now, worker, None)  # taken meanwhile (another host): the next one
+            rows = self.claim(cursor, chosen, worker) if chosen is not None else []
+            if not rows:  # no preference, or the preferred item was taken meanwhile (another server): the next one
+                candidates = self.lock_pending(cursor, limit=1)
+                rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
 
-    def _affine_item(self, cursor: sqlite3.Cursor, on_device: frozenset[str]) -> int | None:
+    def _affine_item(self, cursor: Cursor, on_device: frozenset[str]) -> int | None:
+        """The item to prefer among the next pending ones of the highest priority (read, not locked: the claim
+        checks that it is still pending)."""
         rows = cursor.execute(
-            "SELECT item_id, models, created_at FROM session_queue WHERE status = 'pending' AND priority = "
+            f"SELECT item_id, models, created_at FROM session_queue WHERE {_CLAIMABLE} AND priority = "
             "(SELECT MAX(priority) FROM session_queue WHERE status = 'pending') ORDER BY item_id LIMIT ?",
             (AFFINITY_WINDOW,),
         ).fetchall()
@@ -384,26 +414,83 @@ class SessionQueue:
         ]
         return choose_item(candidates, on_device, datetime.now(UTC), self.affinity_max_wait_s)
 
-    def _claim(self, cursor: sqlite3.Cursor, now: str, worker: str | None, item_id: int | None) -> list[sqlite3.Row]:
-        """The one statement that claims an item: `item_id` if it is still pending, else (None) the next pending
-        one. Atomic on its own (an UPDATE of the row the subquery picks), so no item is claimed twice."""
-        pick = "AND item_id = ? " if item_id is not None else ""
+    def lock_pending(self, cursor: Cursor, limit: int, columns: str = "item_id") -> list[Row]:
+        """In a claiming transaction: the next `limit` pending items in run order, none while the queue is paused.
+
+        On PostgreSQL they stay locked until the transaction ends, and items that other servers are claiming are
+        skipped rather than waited for: whatever the number of servers, no two claim the same item. SQLite's
+        transaction (BEGIN IMMEDIATE) already excludes every other writer."""
         return cursor.execute(
-            "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ? "
-            "WHERE item_id = (SELECT item_id FROM session_queue WHERE status = 'pending' "
-            f"{pick}ORDER BY priority DESC, item_id LIMIT 1) RETURNING *",
-            (now, now, worker, *(() if item_id is None else (item_id,))),
+            f"SELECT {columns} FROM session_queue WHERE {_CLAIMABLE} "
+            f"ORDER BY priority DESC, item_id LIMIT ? {skip_locked(self._db.dialect)}",
+            (limit,),
         ).fetchall()
 
+    def claim(self, cursor: Cursor, item_id: int, worker: str) -> list[Row]:
+        """In the transaction that locked it (lock_pending): the item in_progress for `worker` of this server
+        (`<host>:<pid>/<worker>`), with a lease. Its row, to publish and return once the transaction commits."""
+        now, holder = now_iso(), f"{self.server}/{worker}"
+        rows = cursor.execute(
+            "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
+            "lease_expires_at = ? WHERE item_id = ? AND status = 'pending' RETURNING *",
+            (now, now, holder, iso_in(self.lease_seconds), item_id),
+        ).fetchall()
+        if rows:
+            self._claims[item_id] = holder
+        return rows
+
+    def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
+        """Extend the leases of the items this server runs (all of them, or those of `item_ids`); one statement.
+        Returns how many were renewed."""
+        prefix = f"{self.server}/"
+        where, params = "status = 'in_progress' AND substr(worker, 1, ?) = ?", [len(prefix), prefix]
+        if item_ids is not None:
+            if not item_ids:
+                return 0
+            where += f" AND item_id IN ({', '.join('?' for _ in item_ids)})"
+            params.extend(item_ids)
+        with self._db.transaction() as cursor:
+            return cursor.execute(
+                f"UPDATE session_queue SET lease_expires_at = ? WHERE {where}", (iso_in(self.lease_seconds), *params)
+            ).rowcount
+
+    def recover_expired(self) -> int:
+        """Every server's sweep: an item whose lease ran out was running on a server that stopped. It is canceled
+        with LEASE_EXPIRED_REASON, or put back as pending (requeue_interrupted); finished items are never touched."""
+        return self._recover("lease_expires_at < ?", (now_iso(),), LEASE_EXPIRED_REASON)
+
+    def _recover(self, where: str, params: Sequence[Any], reason: str) -> int:
+        now = now_iso()
+        if self.requeue_interrupted:
+            change = (
+                "status = 'pending', worker = NULL, lease_expires_at = NULL, started_at = NULL, updated_at = ?",
+                (now,),
+            )
+        else:
+            change = (
+                "status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ?, lease_expires_at = NULL",
+                (reason, now, now),
+            )
+        with self._db.transaction() as cursor:
+            rows = cursor.execute(
+                f"UPDATE session_queue SET {change[0]} WHERE status = 'in_progress' AND ({where}) RETURNING *",
+                (*change[1], *params),
+            ).fetchall()
+        self._publish_changes(rows)
+        return len(rows)
+
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
-        """Move a running item to a finished status; False if it was no longer running (canceled meanwhile)."""
+        """Move a running item to a finished status; False if it was no longer running (canceled meanwhile, or
+        recovered from this server and claimed again elsewhere)."""
         now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
+        holder = self._claims.pop(item_id, None)
+        mine, params = ("", ()) if holder is None else (" AND worker = ?", (holder,))
         with self._db.transaction() as cursor:
             rows = cursor.execute(
                 f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
-                "WHERE item_id = ? AND status = 'in_progress' RETURNING *",
-                (status, *columns.values(), now, now, item_id),
+                f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *",
+                (status, *columns.values(), now, now, item_id, *params),
             ).fetchall()
         self._publish_changes(rows)
         return bool(rows)
@@ -423,7 +510,7 @@ class SessionQueue:
             results=json.dumps(results),
         )
 
-    def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[sqlite3.Row]:
+    def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[Row]:
         now = now_iso()
         with self._db.transaction() as cursor:
             return cursor.execute(
@@ -436,7 +523,7 @@ class SessionQueue:
         """Cancel every pending or running item that matches, announced by one queue_items_canceled per queue:
         one event per item would make a bulk cancel look, to every reader of the stream, like falling behind."""
         rows = self._cancel_where(where, params, reason)
-        by_queue: dict[str, list[sqlite3.Row]] = {}
+        by_queue: dict[str, list[Row]] = {}
         for row in rows:
             by_queue.setdefault(row["queue_id"], []).append(row)
         for queue_id, canceled in by_queue.items():
@@ -491,13 +578,19 @@ class SessionQueue:
         return deleted
 
     def recover_interrupted(self) -> int:
-        """At startup: an item still in_progress was running when the server died; it is canceled with a reason."""
-        return self._cancel_many("status = 'in_progress'", (), RESTART_REASON)
+        """At startup. SQLite has one server per file: an item still in_progress was running when it stopped, and
+        is canceled with a reason (or requeued). On PostgreSQL other live servers run items: only those whose
+        lease ran out are recovered (the sweep)."""
+        if self._db.dialect == "postgresql":
+            return self.recover_expired()
+        return self._recover("1 = 1", (), RESTART_REASON)
 
     def is_running(self, item_id: int) -> bool:
-        """False once the item was canceled or deleted: the processor's cancel check."""
-        rows = self._db.execute("SELECT status FROM session_queue WHERE item_id = ?", (item_id,))
-        return bool(rows) and rows[0]["status"] == "in_progress"
+        """False once the item was canceled or deleted, or claimed by another worker since this server claimed it:
+        the processor's cancel check."""
+        rows = self._db.execute("SELECT status, worker FROM session_queue WHERE item_id = ?", (item_id,))
+        holder = self._claims.get(item_id)
+        return bool(rows) and rows[0]["status"] == "in_progress" and holder in (None, rows[0]["worker"])
 
     def get(self, queue_id: str, item_id: int) -> SessionQueueItem:
         rows = self._db.execute(f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id = ?", (queue_id, item_id))
@@ -514,7 +607,7 @@ class SessionQueue:
             if status is None
             else ("q.queue_id = ? AND q.status = ?", [queue_id, status])
         )
-        with self._db.lock:
+        with self._db.read_transaction():
             total = self._db.execute(f"SELECT COUNT(*) AS n FROM session_queue q WHERE {where}", params)[0]["n"]
             rows = self._db.execute(
                 f"{_SELECT_ITEMS} WHERE {where} ORDER BY q.item_id LIMIT ? OFFSET ?", (*params, limit, offset)
@@ -539,7 +632,7 @@ class SessionQueue:
         return counts
 
     def status(self, queue_id: str) -> QueueCounts:
-        with self._db.lock:
+        with self._db.read_transaction():
             counts = self.counts_by_status(queue_id)
             running = self._db.execute(
                 "SELECT item_id, batch_id, session_id FROM session_queue WHERE queue_id = ? AND status = 'in_progress'",

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from invokeai.app.services.database import Dialect
 from invokeai.app.services.migrations import MIGRATIONS, Migration, run_migrations
 
 _AUTO_VACUUM_INCREMENTAL = 2
@@ -18,12 +19,20 @@ def _decode_text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
+class SqliteCursor(sqlite3.Cursor):
+    """A cursor that says which engine it is on, for the migrations whose DDL differs by engine."""
+
+    dialect: Dialect = "sqlite"
+
+
 class SqliteDatabase:
     """The embedded database: a file under the root, or memory when `path` is None (use_memory_db).
 
     A single connection shared by every thread keeps in-memory databases possible and write ordering simple;
     the reentrant lock serializes all use of it, so callers may nest `transaction()` inside their own locking.
     """
+
+    dialect: Dialect = "sqlite"
 
     def __init__(self, path: Path | None, migrations: Sequence[Migration] | None = None) -> None:
         self.path = path
@@ -59,14 +68,14 @@ class SqliteDatabase:
             raise
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Cursor]:
+    def transaction(self) -> Iterator[SqliteCursor]:
         """BEGIN IMMEDIATE ... COMMIT under the lock; any exception rolls everything back and propagates.
 
         Nested calls (same thread) become savepoints, so a service may call another's transactional method
         from inside its own transaction and an error in the inner one undoes only the inner work.
         """
         with self.lock:
-            cursor = self._conn.cursor()
+            cursor = self._conn.cursor(SqliteCursor)
             try:
                 if self._conn.in_transaction:
                     self._savepoints += 1
@@ -94,6 +103,23 @@ class SqliteDatabase:
                     self._conn.commit()
             finally:
                 cursor.close()
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        """Several reads that see one state: the lock keeps this server's writers out meanwhile, and a deferred
+        transaction (taking no write lock) keeps other connections' commits out of the middle."""
+        with self.lock:
+            if self._conn.in_transaction:
+                yield
+                return
+            self._conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self._conn.commit()
+
+    def lock_schema(self, cursor: sqlite3.Cursor) -> None:
+        """Nothing to do: BEGIN IMMEDIATE already keeps any other connection from writing meanwhile."""
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         """Run one statement (committed at once) and return its rows."""

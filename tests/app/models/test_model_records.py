@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from engine_support import ENGINES
 from pydantic import ValidationError
 
+from invokeai.app.services.database import Database
 from invokeai.app.services.model_records import (
     DuplicateModelNameError,
     InvalidModelNameError,
@@ -13,7 +15,6 @@ from invokeai.app.services.model_records import (
     ModelRecord,
     ModelRecordService,
 )
-from invokeai.app.services.sqlite import SqliteDatabase
 
 
 def record(key: str, name: str, family: str = "sd-1", type: str = "main") -> ModelRecord:
@@ -33,10 +34,11 @@ def record(key: str, name: str, family: str = "sd-1", type: str = "main") -> Mod
 
 
 @pytest.fixture
-def records() -> ModelRecordService:
-    return ModelRecordService(SqliteDatabase(None))
+def records(db: Database) -> ModelRecordService:
+    return ModelRecordService(db)
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_add_then_find_by_key_and_by_name(records: ModelRecordService) -> None:
     added = records.add(record("k1", "Alpha"))
     assert records.get("k1") == added
@@ -51,6 +53,7 @@ def test_unknown_key_or_name_says_which(records: ModelRecordService) -> None:
         records.get_by_name("nope")
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_names_are_unique_case_insensitively(records: ModelRecordService) -> None:
     records.add(record("k1", "demo"))
     with pytest.raises(DuplicateModelNameError, match="'DEMO' already exists"):
@@ -64,6 +67,7 @@ def test_unsafe_names_are_refused(records: ModelRecordService, name: str) -> Non
         records.add(record("k", name))
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_list_is_by_name_and_filters(records: ModelRecordService) -> None:
     records.add(record("k1", "b-krea", family="krea2"))
     records.add(record("k2", "a-sd", family="sd-1"))
@@ -73,6 +77,7 @@ def test_list_is_by_name_and_filters(records: ModelRecordService) -> None:
     assert [r.name for r in records.list(family="krea2", type="main")] == ["b-krea"]
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_update_renames_and_describes(records: ModelRecordService) -> None:
     records.add(record("k1", "old"))
     records.add(record("k2", "taken"))
@@ -88,6 +93,7 @@ def test_update_renames_and_describes(records: ModelRecordService) -> None:
     assert records.get("k1") == updated
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_delete_returns_the_record_and_forgets_it(records: ModelRecordService) -> None:
     added = records.add(record("k1", "gone"), owned=True)
     assert records.is_owned("k1")

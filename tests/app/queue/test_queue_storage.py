@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_support import ENGINES
 from queue_support import EventRecorder, graph, integer_batch
 
 from invokeai.app.services.events import EventBus, QueueItemsRetriedEvent
@@ -163,6 +164,7 @@ def test_the_processor_fails_an_unreadable_item_and_takes_the_next(
     assert item.error_message and "cannot be read" in item.error_message
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_retry_enqueues_failed_and_canceled_items_again_linked_to_the_original(
     queue: SessionQueue, recorder: EventRecorder
 ) -> None:
@@ -185,6 +187,7 @@ def test_retry_enqueues_failed_and_canceled_items_again_linked_to_the_original(
     assert any(isinstance(e, QueueItemsRetriedEvent) and e.item_ids == result.item_ids for e in recorder.events)
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_retry_refuses_unknown_and_unfinished_items_and_enqueues_nothing(queue: SessionQueue) -> None:
     pending, canceled = queue.enqueue_batch("default", integer_batch(runs=2)).item_ids
     queue.cancel("default", canceled)

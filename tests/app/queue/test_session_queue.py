@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from engine_support import ENGINES
 from queue_support import EventRecorder, integer_batch
 
 from invokeai.app.services.batch import InvalidBatchError
@@ -20,6 +21,7 @@ from invokeai.app.services.session_queue import (
 from invokeai.app.services.sqlite import SqliteDatabase
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_enqueue_makes_one_pending_item_per_run_and_combination(queue: SessionQueue, recorder: EventRecorder) -> None:
     batch = integer_batch(runs=2, data=[[BatchDatum(node_path="n", field_name="value", items=[1, 2, 3])]])
     result = queue.enqueue_batch("default", batch)
@@ -35,6 +37,7 @@ def test_enqueue_makes_one_pending_item_per_run_and_combination(queue: SessionQu
     assert (event.batch_id, event.enqueued, event.queue_id) == (batch.batch_id, 6, "default")
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_next_item_is_highest_priority_then_oldest(queue: SessionQueue) -> None:
     first = queue.enqueue_batch("default", integer_batch(runs=2)).item_ids
     urgent = queue.enqueue_batch("default", integer_batch(), prepend=True)
@@ -45,6 +48,7 @@ def test_next_item_is_highest_priority_then_oldest(queue: SessionQueue) -> None:
     assert queue.dequeue() is None
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_dequeue_hands_each_item_to_one_caller(queue: SessionQueue) -> None:
     queue.enqueue_batch("default", integer_batch(runs=20))
     taken: list[int] = []
@@ -63,6 +67,7 @@ def test_dequeue_hands_each_item_to_one_caller(queue: SessionQueue) -> None:
     assert sorted(taken) == list(range(1, 21))
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_a_batch_that_would_overflow_the_queue_is_refused_whole(queue: SessionQueue, recorder: EventRecorder) -> None:
     queue.enqueue_batch("default", integer_batch(runs=15))
     with pytest.raises(QueueFullError, match="the batch makes 6 queue items and 15 are pending; at most 20"):
@@ -87,6 +92,7 @@ def test_an_invalid_graph_enqueues_nothing(queue: SessionQueue, recorder: EventR
     assert recorder.events == []
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_status_changes_carry_timestamps_and_publish_events(queue: SessionQueue, recorder: EventRecorder) -> None:
     [item_id] = queue.enqueue_batch("default", integer_batch()).item_ids
     running = queue.dequeue()
@@ -113,6 +119,7 @@ def test_fail_records_the_error(queue: SessionQueue) -> None:
     )
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_cancel_is_final_and_leaves_finished_items_alone(queue: SessionQueue, recorder: EventRecorder) -> None:
     first, second = queue.enqueue_batch("default", integer_batch(runs=2)).item_ids
     running = queue.dequeue()
@@ -138,6 +145,7 @@ def test_items_of_another_queue_are_not_found(queue: SessionQueue) -> None:
     assert queue.get("mine", item_id).status == "pending"
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_cancel_by_batch_ids_clear_and_prune(queue: SessionQueue) -> None:
     keep = queue.enqueue_batch("default", integer_batch(runs=2))
     drop = queue.enqueue_batch("default", integer_batch(runs=3))
@@ -160,6 +168,7 @@ def test_cancel_by_batch_ids_clear_and_prune(queue: SessionQueue) -> None:
     assert queue.status("other").pending == 1
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_list_pages_and_filters_by_status(queue: SessionQueue) -> None:
     ids = queue.enqueue_batch("default", integer_batch(runs=5)).item_ids
     queue.cancel("default", ids[1])
@@ -170,6 +179,7 @@ def test_list_pages_and_filters_by_status(queue: SessionQueue) -> None:
     assert queue.list_items("default", None, offset=10, limit=2) == ([], 5)
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_status_names_the_running_item(queue: SessionQueue) -> None:
     queue.enqueue_batch("default", integer_batch(runs=3))
     running = queue.dequeue()

@@ -12,6 +12,7 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+from engine_support import ENGINES
 from PIL import Image
 
 from invokeai.app.services.images import (
@@ -51,6 +52,7 @@ def _encoded(image: Image.Image, format: str = "PNG") -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_save_writes_a_png_with_metadata_and_a_record(images: ImageService, outputs: Path) -> None:
     metadata = {"graph": {"id": "g", "nodes": {}}, "node_id": "n1", "node_type": "blank_image", "session_id": "s"}
     record = images.save(Image.new("RGB", (30, 20), "blue"), session_id="s", node_id="n1", metadata=metadata)
@@ -88,6 +90,7 @@ def test_names_are_unique(images: ImageService) -> None:
     assert len(names) == 20
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_list_is_newest_first_with_pagination_and_total(images: ImageService) -> None:
     names = [images.save(Image.new("RGB", (i + 1, 1))).image_name for i in range(7)]
     page, total = images.list(offset=0, limit=3)
@@ -274,6 +277,7 @@ def test_upload_of_a_decompression_bomb_is_refused(db: SqliteDatabase, outputs: 
     assert images.list() == ([], 0)
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_delete_removes_file_thumbnail_and_record(images: ImageService, outputs: Path) -> None:
     keep = images.save(Image.new("RGB", (300, 300)))
     record = images.save(Image.new("RGB", (300, 300)))

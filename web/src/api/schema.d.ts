@@ -2779,7 +2779,7 @@ export interface components {
             completed_at: string | null;
             /**
              * Worker
-             * @description Who runs (or ran) the item, set when a worker claims it: `<host>:<pid>/<worker>`, the worker being its device (cuda:1) or cpu#N (e.g. gpu-box:4242/cuda:1). Null until claimed.
+             * @description Who runs (or ran) the item, set when a worker claims it: `<host>:<pid>/<worker>`, the worker being its device (cuda:1) or cpu#N (e.g. gpu-box:4242/cuda:1). Null until claimed (and again once requeued).
              */
             worker?: string | null;
             /**

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
-
+from invokeai.app.services.database import Cursor
 from invokeai.app.services.migrations.base import Migration
 
 
-def _apply(cursor: sqlite3.Cursor) -> None:
+def _apply(cursor: Cursor) -> None:
+    # Listing breaks ties between images stored within one clock tick by insertion order: SQLite's implicit rowid;
+    # PostgreSQL has none, so there it is a column of that name.
+    rowid = "rowid BIGINT GENERATED ALWAYS AS IDENTITY," if cursor.dialect == "postgresql" else ""
     cursor.execute(
-        """
-        CREATE TABLE images (
+        f"""
+        CREATE TABLE images ({rowid}
             image_name TEXT PRIMARY KEY,
             width INTEGER NOT NULL,
             height INTEGER NOT NULL,

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
+from invokeai.app.services.database import Cursor
+from invokeai.app.services.migrations.base import Migration, never_reused_id
 
-from invokeai.app.services.migrations.base import Migration
 
-
-def _apply(cursor: sqlite3.Cursor) -> None:
-    # AUTOINCREMENT: an item id is never reused after a prune or clear, so a client holding an old id can never
+def _apply(cursor: Cursor) -> None:
+    # never_reused_id: an item id is never reused after a prune or clear, so a client holding an old id can never
     # be answered with somebody else's item.
     cursor.execute(
-        """
+        f"""
         CREATE TABLE session_queue (
-            item_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            item_id {never_reused_id(cursor)},
             queue_id TEXT NOT NULL,
             batch_id TEXT NOT NULL,
             session_id TEXT NOT NULL UNIQUE,

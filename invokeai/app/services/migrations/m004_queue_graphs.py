@@ -8,9 +8,8 @@ an item holds only its `field_values`, which are put into the graph again when t
 
 from __future__ import annotations
 
-import sqlite3
-
-from invokeai.app.services.migrations.base import Migration
+from invokeai.app.services.database import Cursor
+from invokeai.app.services.migrations.base import Migration, never_reused_id
 
 _QUEUE_COLUMNS = (
     "item_id, queue_id, batch_id, session_id, status, priority, field_values, results, error_type, error_message, "
@@ -18,15 +17,45 @@ _QUEUE_COLUMNS = (
 )
 
 
-def _apply(cursor: sqlite3.Cursor) -> None:
+_PROCESSOR_STATE = """
+CREATE TABLE processor_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    paused INTEGER NOT NULL DEFAULT 0
+)
+"""
+
+
+def _apply(cursor: Cursor) -> None:
     cursor.execute(
-        """
+        f"""
         CREATE TABLE session_queue_graphs (
-            graph_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            graph_id {never_reused_id(cursor)},
             graph TEXT NOT NULL
         )
         """
     )
+    if cursor.dialect == "postgresql":
+        _alter_in_place(cursor)
+    else:
+        _rebuild(cursor)
+    cursor.execute(_PROCESSOR_STATE)
+    cursor.execute("INSERT INTO processor_state (id, paused) VALUES (1, 0)")
+
+
+def _alter_in_place(cursor: Cursor) -> None:
+    """PostgreSQL alters the table in place: items keep their ids and the identity its counter."""
+    cursor.execute("ALTER TABLE session_queue ADD COLUMN graph_id BIGINT REFERENCES session_queue_graphs (graph_id)")
+    cursor.execute("ALTER TABLE session_queue ADD COLUMN retried_from_item_id BIGINT")
+    cursor.execute("INSERT INTO session_queue_graphs (graph) SELECT DISTINCT graph FROM session_queue")
+    cursor.execute(
+        "UPDATE session_queue SET graph_id = g.graph_id FROM session_queue_graphs g WHERE g.graph = session_queue.graph"
+    )
+    cursor.execute("ALTER TABLE session_queue ALTER COLUMN graph_id SET NOT NULL")
+    cursor.execute("ALTER TABLE session_queue DROP COLUMN graph")
+    cursor.execute("CREATE INDEX session_queue_graph ON session_queue (graph_id)")
+
+
+def _rebuild(cursor: Cursor) -> None:
     # SQLite cannot drop a column's NOT NULL in place: the table is rebuilt, keeping every item and its id.
     cursor.execute(
         """
@@ -73,15 +102,6 @@ def _apply(cursor: sqlite3.Cursor) -> None:
     cursor.execute("CREATE INDEX session_queue_batch ON session_queue (batch_id)")
     # Deleting items deletes the graphs no item uses any more; this index answers "is it still used".
     cursor.execute("CREATE INDEX session_queue_graph ON session_queue (graph_id)")
-    cursor.execute(
-        """
-        CREATE TABLE processor_state (
-            id INTEGER PRIMARY KEY CHECK (id = 1),
-            paused INTEGER NOT NULL DEFAULT 0
-        )
-        """
-    )
-    cursor.execute("INSERT INTO processor_state (id, paused) VALUES (1, 0)")
 
 
 migration = Migration(

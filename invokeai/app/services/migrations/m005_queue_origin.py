@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-
+from invokeai.app.services.database import Cursor
 from invokeai.app.services.migrations.base import Migration
 
 
-def _apply(cursor: sqlite3.Cursor) -> None:
+def _apply(cursor: Cursor) -> None:
     # Free text the client chooses, kept and returned as it was sent; items from before have none.
     cursor.execute("ALTER TABLE session_queue ADD COLUMN origin TEXT")
     cursor.execute("ALTER TABLE session_queue ADD COLUMN destination TEXT")

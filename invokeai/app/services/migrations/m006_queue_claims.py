@@ -11,12 +11,11 @@ Plain `ADD COLUMN`s: the same statements run on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import sqlite3
-
+from invokeai.app.services.database import Cursor
 from invokeai.app.services.migrations.base import Migration
 
 
-def _apply(cursor: sqlite3.Cursor) -> None:
+def _apply(cursor: Cursor) -> None:
     cursor.execute("ALTER TABLE session_queue ADD COLUMN models TEXT")
     cursor.execute("ALTER TABLE session_queue ADD COLUMN worker TEXT")
     cursor.execute("ALTER TABLE session_queue ADD COLUMN lease_expires_at TEXT")
