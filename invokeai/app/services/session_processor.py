@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import io
 import logging
-import os
-import socket
 import threading
 import time
 import traceback
@@ -87,11 +85,6 @@ class _Worker:
     items_completed: int = 0
 
 
-def runner_name(worker: str) -> str:
-    """`<host>:<pid>/<worker>`: enough to tell which server process and which of its workers ran an item."""
-    return f"{socket.gethostname()}:{os.getpid()}/{worker}"
-
-
 @contextmanager
 def _on_device(device: torch.device) -> Iterator[None]:
     """The worker's device as its thread's current CUDA device, so that a bare "cuda" inside a node means it."""
@@ -126,18 +119,17 @@ class SessionProcessor:
         poll_seconds: float | None = None,
     ) -> None:
         """workers: (name, that worker's model manager) for each worker; by default one, on `models`' device.
-        poll_seconds: each worker looks at the queue at least this often even without a local enqueue (a shared
-        PostgreSQL queue gets items, and a resume, from other servers); None: only when woken."""
+        poll_seconds: look at the queue at least this often even without a local enqueue (a shared PostgreSQL
+        queue gets items, and a resume, from other servers); None: only when woken."""
         self._queue = queue
         self._images = images
         self._tensors = tensors
         self._events = events
         self._stop = threading.Event()
-        self._poll_seconds = poll_seconds
-        # Held around a claim: a pause waits for a claim under way, and a claim after it reads the pause (kept in the
-        # database, so that on a shared queue it pauses every server), so an item enqueued after pause() returns
-        # stays pending whichever worker looks.
+        # Held around each claim (which reads the pause from the database) and around a pause: a pause waits for a
+        # claim under way, so an item enqueued after pause() returns stays pending whichever worker looks.
         self._claiming = threading.Lock()
+        self._poll_seconds = poll_seconds
         if workers is None:
             device = models.device if models is not None else torch.device("cpu")
             workers = [(str(device) if ":" in str(device) else f"{device}#0", models)]
@@ -145,7 +137,7 @@ class SessionProcessor:
             _Worker(
                 name=name,
                 device=manager.device if manager is not None else torch.device("cpu"),
-                runner=runner_name(name),
+                runner=f"{queue.server}/{name}",
                 models=manager,
             )
             for name, manager in workers

@@ -81,6 +81,8 @@ class RetryRefusedError(ValueError):
 
 # The columns a queue_item_status_changed event repeats from the item, under the same names.
 _STATUS_COLUMNS = tuple(name for name in QueueItemStatusChangedEvent.model_fields if name != "timestamp")
+# A pending item that may be claimed now: none is while the queue is paused (the flag every server reads).
+_CLAIMABLE = "status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0)"
 _SELECT_ITEMS = "SELECT * FROM session_queue q"  # without the graph text: see SessionQueue._items
 # A JSON escape of a UTF-16 surrogate: json.loads turns a lone one into a str that cannot be encoded as UTF-8.
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -216,15 +218,16 @@ class SessionQueue:
         max_queue_size: int,
         max_graph_nodes: int | None = None,
         *,
+        affinity_max_wait_s: float = AFFINITY_MAX_WAIT_S,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         requeue_interrupted: bool = False,
         server: str | None = None,
-        affinity_max_wait_s: float = AFFINITY_MAX_WAIT_S,
     ) -> None:
         self._db = db
         self._events = events
         self.max_queue_size = max_queue_size
         self.max_graph_nodes = max_graph_nodes  # None: no limit (the server passes its setting)
+        self.affinity_max_wait_s = affinity_max_wait_s
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
@@ -232,7 +235,6 @@ class SessionQueue:
         # for longer than the lease may find its item recovered and claimed by another: it must then neither
         # finish that run nor go on with its own (see _finish and is_running).
         self._claims: dict[int, str] = {}
-        self.affinity_max_wait_s = affinity_max_wait_s
 
     def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -383,39 +385,34 @@ class SessionQueue:
     def dequeue(
         self, worker: str = "session-processor", on_device: frozenset[str] = frozenset()
     ) -> SessionQueueItem | None:
-        """Claim the next pending item for `worker` of this server (kept in the item's `worker` as
-        `<host>:<pid>/<worker>`): in_progress, with a lease. The next item is the highest priority's oldest, unless a
-        later one of that priority uses only models in `on_device` (model tokens) and the oldest has waited less
-        than affinity_max_wait_s. None when there is none, or while the queue is paused (on any server sharing it).
+        """Claim the next pending item for `worker` of this server: in_progress, with a lease, and `<host>:<pid>/
+        <worker>` in the item's `worker`. The next item is the highest priority's oldest, unless a later one of that
+        priority uses only models in `on_device` (model tokens) and the oldest has waited less than
+        affinity_max_wait_s. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
         with self._db.transaction() as cursor:
-            if on_device:
-                # Locked together (SKIP LOCKED on PostgreSQL): the one chosen is still pending when it is claimed.
-                candidates = self.lock_pending(cursor, AFFINITY_WINDOW, "item_id, priority, models, created_at")
-                chosen = self._affine_item(candidates, on_device)
-            else:
-                candidates = self.lock_pending(cursor, limit=1)
-                chosen = candidates[0]["item_id"] if candidates else None
+            chosen = self._affine_item(cursor, on_device) if on_device else None
             rows = self.claim(cursor, chosen, worker) if chosen is not None else []
+            if not rows:  # no preference, or the preferred item was taken meanwhile (another server): the next one
+                candidates = self.lock_pending(cursor, limit=1)
+                rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
 
-    def _affine_item(self, candidates: Sequence[Row], on_device: frozenset[str]) -> int | None:
-        """Among the locked candidates of the highest priority, the one choose_item takes."""
-        if not candidates:
-            return None
-        top = candidates[0]["priority"]
-        return choose_item(
-            [
-                Candidate(row["item_id"], read_models_column(row["models"]), _stored_time(row["created_at"]))
-                for row in candidates
-                if row["priority"] == top
-            ],
-            on_device,
-            datetime.now(UTC),
-            self.affinity_max_wait_s,
-        )
+    def _affine_item(self, cursor: Cursor, on_device: frozenset[str]) -> int | None:
+        """The item to prefer among the next pending ones of the highest priority (read, not locked: the claim
+        checks that it is still pending)."""
+        rows = cursor.execute(
+            f"SELECT item_id, models, created_at FROM session_queue WHERE {_CLAIMABLE} AND priority = "
+            "(SELECT MAX(priority) FROM session_queue WHERE status = 'pending') ORDER BY item_id LIMIT ?",
+            (AFFINITY_WINDOW,),
+        ).fetchall()
+        candidates = [
+            Candidate(row["item_id"], read_models_column(row["models"]), _stored_time(row["created_at"]))
+            for row in rows
+        ]
+        return choose_item(candidates, on_device, datetime.now(UTC), self.affinity_max_wait_s)
 
     def lock_pending(self, cursor: Cursor, limit: int, columns: str = "item_id") -> list[Row]:
         """In a claiming transaction: the next `limit` pending items in run order, none while the queue is paused.
@@ -424,8 +421,7 @@ class SessionQueue:
         skipped rather than waited for: whatever the number of servers, no two claim the same item. SQLite's
         transaction (BEGIN IMMEDIATE) already excludes every other writer."""
         return cursor.execute(
-            f"SELECT {columns} FROM session_queue WHERE status = 'pending' "
-            "AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0) "
+            f"SELECT {columns} FROM session_queue WHERE {_CLAIMABLE} "
             f"ORDER BY priority DESC, item_id LIMIT ? {skip_locked(self._db.dialect)}",
             (limit,),
         ).fetchall()

@@ -3,6 +3,8 @@ cancel, stop and pause with both busy; the worker recorded on each item; model a
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -10,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from engine_support import ENGINES
 from queue_support import EventRecorder, graph, integer_batch, wait_until
 
 from invokeai.app.nodes.base import InvocationContext
@@ -20,7 +23,7 @@ from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelRecordService
 from invokeai.app.services.queue_claims import graph_models
 from invokeai.app.services.queue_models import Batch, BatchDatum
-from invokeai.app.services.session_processor import SessionProcessor, runner_name
+from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import CANCEL_REASON, SHUTDOWN_REASON, SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
 from invokeai.backend.attention import current_device
@@ -75,7 +78,8 @@ def test_two_items_run_at_once_each_on_its_own_worker(
     for item_id in ids:
         assert recorder.wait_status(item_id, "completed", "failed") == "completed"  # the barrier let both through
     workers = {queue.get("default", item_id).worker for item_id in ids}
-    assert workers == {runner_name("cpu#0"), runner_name("cpu#1")}
+    host_pid = f"{socket.gethostname()}:{os.getpid()}"
+    assert workers == {f"{host_pid}/cpu#0", f"{host_pid}/cpu#1"}
     assert {device for _, device in rendezvous_node["runs"]} == {"cpu#0", "cpu#1"}
     # The worker is on the status events from the claim on.
     claimed = [e for e in recorder.events if isinstance(e, QueueItemStatusChangedEvent) and e.status == "in_progress"]
@@ -162,6 +166,7 @@ def test_enqueue_stores_the_models_each_item_uses_after_its_batch_data(queue: Se
     assert graph_models(integer_batch().graph) == []
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
 def test_a_worker_takes_the_item_whose_models_it_holds_over_an_older_one(queue: SessionQueue) -> None:
     [older_y] = queue.enqueue_batch("default", model_batch("Y")).item_ids
     [newer_x] = queue.enqueue_batch("default", model_batch("X")).item_ids
@@ -180,9 +185,13 @@ def test_an_item_that_waited_past_the_bound_is_taken_whatever_its_models(db: Sql
     assert taken is not None and taken.item_id == older_y
 
 
-def test_affinity_does_not_pass_over_a_higher_priority(queue: SessionQueue) -> None:
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_affinity_does_not_pass_over_a_higher_priority_nor_a_pause(queue: SessionQueue) -> None:
     queue.enqueue_batch("default", model_batch("X"))
     [urgent] = queue.enqueue_batch("default", model_batch("Y"), prepend=True).item_ids
+    queue.set_paused(True)  # the preferred item is not claimed past the shared pause either
+    assert queue.dequeue("cpu#0", frozenset({"name:x"})) is None
+    queue.set_paused(False)
     taken = queue.dequeue("cpu#0", frozenset({"name:x"}))
     assert taken is not None and taken.item_id == urgent
 
