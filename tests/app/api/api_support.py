@@ -41,6 +41,20 @@ IMAGE_GRAPH = graph_json(
 )
 
 
+# About a second per node on a laptop core: long enough to cancel, SIGKILL or SIGTERM the server in the middle.
+SLOW_GRAPH = graph_json(
+    node("blank", "blank_image", width=4096, height=4096, color="#336699"),
+    node("big1", "image_resize", width=4000, height=4000),
+    node("big2", "image_resize", width=3900, height=3900),
+    node("big3", "image_resize", width=3800, height=3800),
+    edges=[
+        edge("blank", "image", "big1", "image"),
+        edge("big1", "image", "big2", "image"),
+        edge("big2", "image", "big3", "image"),
+    ],
+)
+
+
 def enqueue(client: TestClient, graph: dict[str, Any], runs: int = 1, **batch: Any) -> Any:
     return client.post(f"{QUEUE}/enqueue_batch", json={"batch": {"graph": graph, "runs": runs, **batch}})
 

@@ -12,25 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from api_support import FINISHED, IMAGE_GRAPH, ServerProcess, edge, graph_json, node
+from api_support import FINISHED, IMAGE_GRAPH, SLOW_GRAPH, ServerProcess, graph_json, node
 from httpx_sse import ServerSentEvent, connect_sse
 from PIL import Image
 
 QUEUE = "/api/v1/queue/default"
 TOKEN = "process-test-token"
-
-# About a second per node on a laptop core: long enough to cancel, SIGKILL or SIGTERM the server in the middle.
-SLOW_GRAPH = graph_json(
-    node("blank", "blank_image", width=4096, height=4096, color="#336699"),
-    node("big1", "image_resize", width=4000, height=4000),
-    node("big2", "image_resize", width=3900, height=3900),
-    node("big3", "image_resize", width=3800, height=3800),
-    edges=[
-        edge("blank", "image", "big1", "image"),
-        edge("big1", "image", "big2", "image"),
-        edge("big2", "image", "big3", "image"),
-    ],
-)
 
 
 @pytest.fixture

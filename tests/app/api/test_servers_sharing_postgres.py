@@ -18,26 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
-from api_support import FINISHED, ServerProcess, edge, graph_json, node
+from api_support import FINISHED, SLOW_GRAPH, ServerProcess, graph_json, node
 from httpx_sse import connect_sse
 
 QUEUE = "/api/v1/queue/default"
 LEASE_S = 3
 TRIVIAL = graph_json(node("n", "integer", value=1))
-# Seconds of work on one core: long enough to see it running and to kill its server in the middle.
-SLOW = graph_json(
-    node("blank", "blank_image", width=4096, height=4096, color="#336699"),
-    node("big1", "image_resize", width=4000, height=4000),
-    node("big2", "image_resize", width=3900, height=3900),
-    node("big3", "image_resize", width=3800, height=3800),
-    node("big4", "image_resize", width=3700, height=3700),
-    edges=[
-        edge("blank", "image", "big1", "image"),
-        edge("big1", "image", "big2", "image"),
-        edge("big2", "image", "big3", "image"),
-        edge("big3", "image", "big4", "image"),
-    ],
-)
 SD_BODY = json.loads((Path(__file__).resolve().parents[3] / "docs" / "examples" / "sd_text_to_image.json").read_text())
 
 
@@ -189,7 +175,7 @@ def test_a_demo_sd_item_enqueued_on_one_server_runs_on_another_and_a_third_serve
     a = servers[0]
     # A busy with an item of its own (enqueued on A, A's worker hears of it first), so another server takes the SD.
     for _ in range(3):
-        busy = httpx.post(f"{a.base}{QUEUE}/enqueue_batch", json={"batch": {"graph": SLOW}}).json()["item_ids"][0]
+        busy = httpx.post(f"{a.base}{QUEUE}/enqueue_batch", json={"batch": {"graph": SLOW_GRAPH}}).json()["item_ids"][0]
         deadline = time.monotonic() + 30
         while (item := httpx.get(f"{a.base}{QUEUE}/i/{busy}").json())["status"] == "pending":
             assert time.monotonic() < deadline
@@ -218,7 +204,8 @@ def test_a_killed_servers_item_is_canceled_with_the_reason_and_the_others_go_on(
 ) -> None:
     a, b = servers[:2]
     completed_before = {i for i, item in all_items(a.base).items() if item["status"] == "completed"}
-    ids = httpx.post(f"{b.base}{QUEUE}/enqueue_batch", json={"batch": {"graph": SLOW, "runs": 3}}).json()["item_ids"]
+    response = httpx.post(f"{b.base}{QUEUE}/enqueue_batch", json={"batch": {"graph": SLOW_GRAPH, "runs": 3}})
+    ids = response.json()["item_ids"]
     deadline = time.monotonic() + 30
     while not (running := [i for i in items_by_id(a.base, set(ids)).values() if i["status"] == "in_progress"]):
         assert time.monotonic() < deadline

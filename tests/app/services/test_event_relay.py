@@ -191,7 +191,7 @@ def test_a_burst_of_2000_arrives_complete_and_in_order_and_the_delay_is_short(
     assert [e.item_id for e in seen_b.of(InvocationStartedEvent, "burst")] == list(range(2000))  # type: ignore[attr-defined]
     p50, p95 = statistics.median(delays), statistics.quantiles(delays, n=20)[-1]
     print(f"relay delay: p50 {p50 * 1000:.2f} ms, p95 {p95 * 1000:.2f} ms; 2000 events in {took:.2f} s")
-    # Loose bounds for a busy shared machine; the figures in docs/scale-events.md come from benchmarks/event_relay.py.
+    # Loose bounds for a busy shared machine; the figures in docs/scale.md come from benchmarks/event_relay.py.
     assert p95 < 1.0 and took < 30
 
 
