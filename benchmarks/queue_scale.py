@@ -9,10 +9,11 @@
   on PostgreSQL, and with 2 processes that share nothing (each its own SQLite queue: the machine's ceiling).
   Target: 2 processes reach at least 1.7 times the throughput of one (PASS or FAIL on the last line).
 
-Every server has its own root; the servers of one run share outputs_dir and models_dir (as hosts would share a
-mount, docs/scale.md). PostgreSQL: the server --database-url names (the benchmark creates a database of its own per
-run there and drops it after; the role needs CREATEDB), or, without it, a private server started as
-tests/postgres_support.py starts the tests' (Debian's binaries, as the postgres user, 127.0.0.1).
+Each figure is the best of three rounds on the same servers. Every server has its own root; the servers of one run
+share outputs_dir and models_dir (as hosts would share a mount, docs/scale.md). PostgreSQL: the server
+--database-url names (the benchmark creates a database of its own per run there and drops it after; the role needs
+CREATEDB), or, without it, a private server started as tests/postgres_support.py starts the tests' (Debian's
+binaries, as the postgres user, 127.0.0.1).
 Run: python benchmarks/queue_scale.py [--quick]
 """
 
@@ -43,6 +44,7 @@ import postgres_support  # noqa: E402  (the tests' private PostgreSQL server, st
 QUEUE = "/api/v1/queue/default"
 TRIVIAL_GRAPH = {"nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []}
 SD_TARGET = 1.7
+ROUNDS = 3
 FINISHED = ("completed", "failed", "canceled")
 
 
@@ -227,14 +229,17 @@ def measure(label: str, count: int, database_url: str | None, graph: dict[str, A
         try:
             if sd:  # the first item of each process loads the model: warm them all before the clock starts
                 warm_up(cluster, graph)
-            result = run_items(cluster, n, graph, 1 if sd else 10, sd)
+            # The best of a few rounds: on a shared machine a round is only ever slowed down by something else.
+            result = max(
+                (run_items(cluster, n, graph, 1 if sd else 10, sd) for _ in range(ROUNDS)), key=lambda r: r["rate"]
+            )
         finally:
             cluster.stop()
     finally:
         shutil.rmtree(shared, ignore_errors=True)
     print(
-        f"  {label:<28} {result['rate']:8.1f} items/s  ({n} items in {result['span']:.2f} s from the first start to "
-        f"the last completion, {result['elapsed']:.2f} s from the first request); claim gap "
+        f"  {label:<28} {result['rate']:8.1f} items/s  (best of {ROUNDS}: {n} items in {result['span']:.2f} s from "
+        f"the first start to the last completion, {result['elapsed']:.2f} s from the first request); claim gap "
         f"{ms(result['gaps'])}",
         flush=True,
     )

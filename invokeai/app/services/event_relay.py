@@ -41,6 +41,10 @@ MAX_NOTIFY_BYTES = 7900
 PAYLOAD_KEEP_S = 600.0
 _PRUNE_EVERY_S = 60.0
 _BATCH = 500
+# After an event, the sender waits this long for the ones that follow it (a node's start, its progress, its end)
+# and sends them together: each send wakes a thread on every server, and those wake-ups, contending for the GIL with
+# the node workers, cost generating servers more than the events themselves.
+_LINGER_S = 0.05
 # Events waiting while the database is unreachable, at most; beyond it the oldest are dropped, with an error.
 MAX_PENDING = 100_000
 _POLL_S = 0.5
@@ -65,6 +69,13 @@ _NOTIFY_STORED = f"""
 WITH stored AS (INSERT INTO {PAYLOAD_TABLE} (payload) VALUES (%s) RETURNING id)
 SELECT pg_notify(%s, json_build_object('o', %s::text, 's', %s::bigint, 'n', %s::text, 'r', stored.id)::text)
 FROM stored"""
+
+
+# Other servers get a running node's progress at most this often, and always its last step. Relayed at every step,
+# the events' sending and receiving threads took a tenth of two generating servers' throughput on a 2-core machine
+# (benchmarks/queue_scale.py); a client watching another server's item still sees it move several times a second.
+PROGRESS_INTERVAL_S = 0.25
+_PROGRESS_KEYS = 1000  # nodes whose last relayed step is remembered; canceled ones never reach their last step
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ class EventRelay:
         self._stop = threading.Event()
         self._started = False
         self._last_seen: dict[str, int] = {}
+        self._progress_sent: dict[tuple[int, str], float] = {}  # (item, node) -> when its progress was last sent
         self._resync: list[Callable[[], None]] = []
         self._sender: threading.Thread | None = None
         self._listener: threading.Thread | None = None
@@ -151,11 +163,26 @@ class EventRelay:
     def _forward(self, event: EventBase) -> None:
         if not self._started or getattr(self._republishing, "active", False):
             return  # an event from another server, being delivered here: it is not sent back
+        if isinstance(event, InvocationProgressEvent) and not self._progress_due(event):
+            return
         data = relayed_form(event).model_dump_json()
         with self._seq_lock:
             # Numbered and queued under one lock: the sender sends in seq order.
             self._seq += 1
             self._outbox.put(_Outgoing(self._seq, event.event_name, data))
+
+    def _progress_due(self, event: InvocationProgressEvent) -> bool:
+        key = (event.item_id, event.node_id)
+        if event.step >= event.total:
+            self._progress_sent.pop(key, None)
+            return True
+        now = time.monotonic()
+        if now - self._progress_sent.get(key, -PROGRESS_INTERVAL_S) < PROGRESS_INTERVAL_S:
+            return False
+        if len(self._progress_sent) >= _PROGRESS_KEYS:
+            self._progress_sent.clear()
+        self._progress_sent[key] = now
+        return True
 
     def _envelope(self, item: _Outgoing) -> str:
         return f'{{"o":{json.dumps(self.origin)},"s":{item.seq},"n":{json.dumps(item.name)},"e":{item.data}}}'
@@ -165,6 +192,7 @@ class EventRelay:
         first = self._outbox.get()
         if first is None:
             return [], True
+        self._stop.wait(_LINGER_S)
         batch = [first]
         while len(batch) < _BATCH:
             try:
