@@ -4,6 +4,7 @@ import {
   call,
   QUEUE_ID,
   type AttentionStats,
+  type DevicesInfo,
   type ImageRecord,
   type ModelRecord,
   type QueueItem,
@@ -42,6 +43,8 @@ export interface State {
   queueItems: QueueItem[];
   queueTotal: number;
   status: QueueStatus | null;
+  /** This server's session workers (GET /api/v1/app/devices): one per generation device. */
+  devices: DevicesInfo | null;
   attention: AttentionStats | null;
   progress: Progress | null;
   /** The items of the last batch this page enqueued, to show the status of each. */
@@ -64,6 +67,7 @@ let state: State = {
   queueItems: [],
   queueTotal: 0,
   status: null,
+  devices: null,
   attention: null,
   progress: null,
   batchId: null,
@@ -136,9 +140,13 @@ export async function refreshQueue(): Promise<void> {
   const total = status.queue.total;
   const limit = 100;
   const offset = Math.max(0, total - limit);
-  const list = await call(api.GET("/api/v1/queue/{queue_id}/list", { params: { path, query: { offset, limit } } }));
+  const [list, devices] = await Promise.all([
+    call(api.GET("/api/v1/queue/{queue_id}/list", { params: { path, query: { offset, limit } } })),
+    call(api.GET("/api/v1/app/devices")),
+  ]);
   setState((s) => ({
     status,
+    devices,
     queueItems: list.items,
     queueTotal: list.total,
     progress: status.queue.in_progress ? s.progress : null,

@@ -105,6 +105,20 @@ def test_cancel_a_running_item(ui_server: UiServer, page: Page) -> None:
     expect(_progress_bar(page)).to_be_hidden()
 
 
+def test_the_queue_page_shows_the_workers_and_where_each_item_ran(ui_server: UiServer, page: Page) -> None:
+    page.goto(ui_server.base + "/")
+    open_page(page, "Queue")
+    [worker] = api(ui_server.base, "/api/v1/app/devices")["workers"]
+    listed = page.get_by_role("list", name="Workers").get_by_role("listitem")
+    expect(listed).to_have_count(1)
+    expect(listed.first).to_contain_text(worker["name"])
+    expect(listed.first).to_contain_text(f"{worker['items_completed']} completed")
+    # The items of the tests before ran on this server's one worker: the column names it, not the host and pid.
+    table = page.locator("table.queue-table")
+    column = [cell.strip() for cell in table.locator("tbody tr td:nth-child(6)").all_inner_texts()]
+    assert column and set(column) == {worker["name"]}, column
+
+
 def test_delete_an_image(ui_server: UiServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     before = image_names(ui_server.base)

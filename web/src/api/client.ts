@@ -7,6 +7,7 @@ export type ImageRecord = Schemas["ImageRecord"];
 export type QueueItem = Schemas["SessionQueueItem"];
 export type QueueStatus = Schemas["QueueAndProcessorStatus"];
 export type AttentionStats = Schemas["AttentionStats"];
+export type DevicesInfo = Schemas["DevicesInfo"];
 export type Graph = Schemas["Graph"];
 export type Batch = Schemas["Batch"];
 

@@ -1,4 +1,4 @@
-import { api, call, QUEUE_ID } from "../api/client";
+import { api, call, QUEUE_ID, type DevicesInfo } from "../api/client";
 import { formatDuration, formatTime } from "../format";
 import { refreshQueue, reportError, useStore } from "../store";
 
@@ -11,6 +11,37 @@ async function act(what: () => Promise<unknown>): Promise<void> {
     reportError(e);
   }
   await refreshQueue().catch(reportError);
+}
+
+/** A worker's name as the queue shows it: the device part of `<host>:<pid>/<worker>`, and the host when it is
+ * another server's (several servers on one PostgreSQL queue share the list). */
+function ranOn(worker: string | null | undefined, devices: DevicesInfo | null): string {
+  if (!worker) return "";
+  const slash = worker.lastIndexOf("/");
+  const server = worker.slice(0, slash);
+  const name = worker.slice(slash + 1);
+  const here = devices ? `${devices.server.host}:${devices.server.pid}` : null;
+  return server === here ? name : `${name} on ${server.slice(0, server.lastIndexOf(":"))}`;
+}
+
+/** This server's session workers: one per generation device, each with its item and the models on its device. */
+function Workers(props: { devices: DevicesInfo | null }) {
+  const workers = props.devices?.workers ?? [];
+  if (!workers.length) return null;
+  return (
+    <ul class="workers" aria-label="Workers">
+      {workers.map((w) => {
+        const onDevice = w.cached_models.filter((m) => m.on_device).length;
+        return (
+          <li key={w.name} class={`worker ${w.busy ? "busy" : "idle"}`}>
+            <strong>{w.name}</strong> <span class="muted">({w.device})</span>:{" "}
+            {w.busy ? `running item ${w.item_id}` : "idle"}; {w.items_completed} completed; {onDevice} model component
+            {onDevice === 1 ? "" : "s"} on its device
+          </li>
+        );
+      })}
+    </ul>
+  );
 }
 
 export function QueuePage() {
@@ -59,6 +90,7 @@ export function QueuePage() {
           <dd>{proc ? (proc.is_started ? (proc.is_processing ? "running" : "idle") : "paused") : "–"}</dd>
         </div>
       </dl>
+      <Workers devices={s.devices} />
       <div class="table-wrap">
         <table class="queue-table">
           <thead>
@@ -68,6 +100,7 @@ export function QueuePage() {
               <th scope="col">Created</th>
               <th scope="col">Started</th>
               <th scope="col">Took</th>
+              <th scope="col">Ran on</th>
               <th scope="col">Message</th>
               <th scope="col">Actions</th>
             </tr>
@@ -75,7 +108,7 @@ export function QueuePage() {
           <tbody>
             {items.length === 0 && (
               <tr>
-                <td colSpan={7} class="muted">
+                <td colSpan={8} class="muted">
                   The queue is empty.
                 </td>
               </tr>
@@ -89,6 +122,7 @@ export function QueuePage() {
                 <td>{formatTime(i.created_at)}</td>
                 <td>{formatTime(i.started_at)}</td>
                 <td>{formatDuration(i.started_at, i.completed_at)}</td>
+                <td>{ranOn(i.worker, s.devices)}</td>
                 <td class="message">
                   {i.error_message ? `${i.error_type ?? "error"}: ${i.error_message}` : (i.cancel_reason ?? i.read_error ?? "")}
                 </td>
