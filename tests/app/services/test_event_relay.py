@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from wait_support import wait_until
 
-from invokeai.app.services.event_relay import MAX_NOTIFY_BYTES, PAYLOAD_TABLE, EventRelay
+from invokeai.app.services.event_relay import MAX_NOTIFY_BYTES, PAYLOAD_TABLE, PROGRESS_INTERVAL_S, EventRelay
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     EventBase,
@@ -128,6 +128,30 @@ def test_a_progress_preview_stays_local(two_servers: tuple[EventBus, EventRelay,
     [got] = wait_until(lambda: seen_b.of(InvocationProgressEvent), what="the progress event on B")
     assert got.image is None and (got.step, got.total, got.item_id) == (5, 20, 3)  # type: ignore[attr-defined]
     assert seen_a.of(InvocationProgressEvent)[0].image == image  # type: ignore[attr-defined]
+
+
+def test_a_nodes_progress_reaches_the_others_a_few_times_a_second_and_always_its_last_step(
+    two_servers: tuple[EventBus, EventRelay, EventBus, EventRelay],
+) -> None:
+    bus_a, _, bus_b, _ = two_servers
+    seen_a, seen_b = Seen(bus_a), Seen(bus_b)
+    ids = started(4).model_dump(exclude={"timestamp"})
+    begun = time.monotonic()
+    for step in range(1, 51):  # 50 steps, in far less than PROGRESS_INTERVAL_S on an idle machine
+        bus_a.publish(InvocationProgressEvent(**ids, step=step, total=51, percentage=step / 51))
+    took = time.monotonic() - begun
+    bus_a.publish(started(5))  # another node's events are not held back by the first one's progress
+    bus_a.publish(InvocationProgressEvent(**{**ids, "item_id": 5}, step=1, total=51, percentage=1 / 51))
+    time.sleep(PROGRESS_INTERVAL_S)
+    bus_a.publish(InvocationProgressEvent(**ids, step=51, total=51, percentage=1.0))
+    wait_until(lambda: any(e.step == 51 for e in seen_b.of(InvocationProgressEvent)), what="the last step on B")  # type: ignore[attr-defined]
+    relayed = [(e.item_id, e.step) for e in seen_b.of(InvocationProgressEvent)]  # type: ignore[attr-defined]
+    first_node = [step for item_id, step in relayed if item_id == 4]
+    # Step 1, then at most one more per interval the loop took (a busy machine may stall it), then the last.
+    assert first_node[0] == 1 and first_node[-1] == 51
+    assert len(first_node) <= 2 + int(took / PROGRESS_INTERVAL_S), first_node
+    assert (5, 1) in relayed
+    assert len(seen_a.of(InvocationProgressEvent)) == 52  # the running server's own clients get every step
 
 
 def test_a_remote_enqueue_reaches_the_listeners_that_wake_the_workers(
