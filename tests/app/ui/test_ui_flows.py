@@ -151,6 +151,8 @@ def test_install_a_model_from_a_path(ui_server: UiServer, page: Page, tmp_path: 
 
 
 def test_the_attention_panel_counts_the_calls(ui_server: UiServer, page: Page) -> None:
+    page.goto(ui_server.base + "/")
+    invoke(page, "demo-sd1", "attention, counted", steps=4)  # its own calls, also when it runs alone (-k attention)
     counts = api(ui_server.base, "/api/v1/app/attention")["counts"]
     node_types = [node for node, kernels in counts.items() if sum(kernels.values()) > 0]
     assert "sd_denoise" in node_types, counts
