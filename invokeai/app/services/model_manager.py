@@ -106,9 +106,12 @@ class ModelManager:
 
     def cached_models(self) -> list[CachedModel]:
         """Every module in the RAM cache, and whether this manager's device holds it."""
-        names = {record.key: record.name for record in self.records.list()}
+        return self._described(self.cache.stats(self.device)["resident"])
+
+    def _described(self, resident: list[dict[str, Any]]) -> list[CachedModel]:
+        names = {record.key: record.name for record in self.records.list()} if resident else {}
         found = []
-        for entry in self.cache.stats(self.device)["resident"]:
+        for entry in resident:
             key, _, component = entry["key"].rpartition(":")
             found.append(
                 CachedModel(
@@ -124,12 +127,13 @@ class ModelManager:
     def models_on_device(self) -> frozenset[str]:
         """The models with a component on this device, as tokens (model_token): by key and by name, since a graph
         may name a model either way. What a worker prefers its next item to use."""
+        # Asked at every claim: the records are read only when the device holds something.
+        on_device = [entry for entry in self.cache.stats(self.device)["resident"] if entry["on_device"]]
         tokens = set()
-        for model in self.cached_models():
-            if model.on_device:
-                tokens.add(model_token(key=model.key))
-                if model.name is not None:
-                    tokens.add(model_token(name=model.name))
+        for model in self._described(on_device):
+            tokens.add(model_token(key=model.key))
+            if model.name is not None:
+                tokens.add(model_token(name=model.name))
         return frozenset(tokens)
 
     def resolve(self, ident: ModelIdentifier) -> ModelRecord:

@@ -147,12 +147,11 @@ class SessionProcessor:
         )
 
     def _on_enqueued(self, event: EventBase) -> None:
-        for worker in self._workers:
-            worker.wake.set()
+        self.wake()
 
     def wake(self) -> None:
-        """Look for pending items now: after the relay reconnects, an enqueue on another server may have been
-        missed."""
+        """Every worker looks for pending items now: after an enqueue or a resume, or after the relay reconnects
+        (an enqueue on another server may have been missed)."""
         for worker in self._workers:
             worker.wake.set()
 
@@ -170,8 +169,7 @@ class SessionProcessor:
         """Stop taking items; running items are canceled at their next check. Waits up to `timeout` seconds in
         all (the workers stop together, so a stop takes as long as the slowest node, not the sum)."""
         self._stop.set()
-        for worker in self._workers:
-            worker.wake.set()
+        self.wake()
         end = time.monotonic() + timeout
         for worker in self._workers:
             if worker.thread is None:
@@ -190,8 +188,7 @@ class SessionProcessor:
 
     def resume(self) -> ProcessorStatus:
         self._queue.set_paused(False)
-        for worker in self._workers:
-            worker.wake.set()
+        self.wake()
         return self.status()
 
     def status(self) -> ProcessorStatus:

@@ -414,14 +414,14 @@ class SessionQueue:
         ]
         return choose_item(candidates, on_device, datetime.now(UTC), self.affinity_max_wait_s)
 
-    def lock_pending(self, cursor: Cursor, limit: int, columns: str = "item_id") -> list[Row]:
+    def lock_pending(self, cursor: Cursor, limit: int) -> list[Row]:
         """In a claiming transaction: the next `limit` pending items in run order, none while the queue is paused.
 
         On PostgreSQL they stay locked until the transaction ends, and items that other servers are claiming are
         skipped rather than waited for: whatever the number of servers, no two claim the same item. SQLite's
         transaction (BEGIN IMMEDIATE) already excludes every other writer."""
         return cursor.execute(
-            f"SELECT {columns} FROM session_queue WHERE {_CLAIMABLE} "
+            f"SELECT item_id FROM session_queue WHERE {_CLAIMABLE} "
             f"ORDER BY priority DESC, item_id LIMIT ? {skip_locked(self._db.dialect)}",
             (limit,),
         ).fetchall()
