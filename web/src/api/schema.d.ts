@@ -79,6 +79,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/app/families": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Families
+         * @description The model families this server runs, in the registry's order, with what a client needs to build their
+         *     generation graphs (docs/families.md).
+         */
+        get: operations["app_families"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/queue/{queue_id}/enqueue_batch": {
         parameters: {
             query?: never;
@@ -979,6 +1000,128 @@ export interface components {
              */
             item_ids: number[];
         };
+        /** FamilyDefaults */
+        FamilyDefaults: {
+            /** Width */
+            width: number;
+            /** Height */
+            height: number;
+            /** Steps */
+            steps: number;
+            /** Guidance */
+            guidance: number;
+        };
+        /** FamilyGuidance */
+        FamilyGuidance: {
+            /**
+             * Field
+             * @description The denoise node's guidance input.
+             */
+            field: string;
+            /**
+             * Label
+             * @description What to call it.
+             */
+            label: string;
+            /**
+             * Off
+             * @description The value at which guidance is off (and no negative prompt is used).
+             */
+            off: number;
+        };
+        /**
+         * FamilyInfo
+         * @description What a client needs to build one family's generation graphs; every value comes from the family's descriptor
+         *     and its nodes' schemas.
+         */
+        FamilyInfo: {
+            /**
+             * Name
+             * @description The family, as model records name it (`family`).
+             */
+            name: string;
+            /**
+             * Label
+             * @description The family's name for people.
+             */
+            label: string;
+            nodes: components["schemas"]["FamilyNodes"];
+            /**
+             * Loader Links
+             * @description With a loader: per node role (text_encoder, denoise, decode, encode), the loader outputs that feed it.
+             */
+            loader_links: {
+                [key: string]: components["schemas"]["LoaderLink"][];
+            };
+            /**
+             * Conditioning Field
+             * @description The denoise input the prompt's conditioning goes to.
+             */
+            conditioning_field: string;
+            /**
+             * Negative
+             * @description When a negative prompt's encoder is wired in: always (unless guidance is off), only when a negative prompt is given, or never (the family takes none).
+             * @enum {string}
+             */
+            negative: "always" | "when_given" | "never";
+            /**
+             * Second Prompt Label
+             * @description The text encoder takes a second prompt (`prompt_2`) under this name; null: it takes none.
+             */
+            second_prompt_label: string | null;
+            guidance: components["schemas"]["FamilyGuidance"];
+            /**
+             * Size Multiple
+             * @description Width and height must be multiples of this.
+             */
+            size_multiple: number;
+            /** @description The denoise node's defaults. */
+            defaults: components["schemas"]["FamilyDefaults"];
+            /**
+             * Image To Image
+             * @description Whether the family's nodes run image-to-image.
+             */
+            image_to_image: boolean;
+            /**
+             * Strength Field
+             * @description The denoise input of image-to-image: denoising_strength (how much of the schedule runs) or denoising_start (where it starts: 1 - strength).
+             * @enum {string}
+             */
+            strength_field: "denoising_strength" | "denoising_start";
+            /**
+             * Demos
+             * @description The names of the family's demo models.
+             */
+            demos: string[];
+        };
+        /** FamilyNodes */
+        FamilyNodes: {
+            /**
+             * Text Encoder
+             * @description The node that encodes a prompt into conditioning.
+             */
+            text_encoder: string;
+            /**
+             * Denoise
+             * @description The node that denoises latents.
+             */
+            denoise: string;
+            /**
+             * Decode
+             * @description The node that decodes latents into an image.
+             */
+            decode: string;
+            /**
+             * Encode
+             * @description The node that encodes an image into latents (image-to-image); null: none.
+             */
+            encode: string | null;
+            /**
+             * Loader
+             * @description The model loader node whose outputs feed the other nodes; null: each node names the model itself in its `model` input.
+             */
+            loader: string | null;
+        };
         /**
          * FloatInvocation
          * @description A float value.
@@ -1820,6 +1963,19 @@ export interface components {
              * @description The height in pixels of the image the latents decode to
              */
             height: number;
+        };
+        /** LoaderLink */
+        LoaderLink: {
+            /**
+             * Output
+             * @description The loader node's output field.
+             */
+            output: string;
+            /**
+             * Input
+             * @description The input field of the node it feeds.
+             */
+            input: string;
         };
         /**
          * ModelIdentifier
@@ -3037,6 +3193,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DevicesInfo"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    app_families: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FamilyInfo"][];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule
+from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule, GraphFacts
 from invokeai.backend.families.flux import constants as c
 from invokeai.backend.families.flux import estimators, layout, runs
 from invokeai.backend.models.config_variants import ConfigVariant
@@ -167,6 +167,18 @@ FAMILY = Family(
     scheduler_names=SCHEDULER_NAMES,
     make_scheduler=make_scheduler,
     node_module="invokeai.app.nodes.flux",
+    graph=GraphFacts(
+        text_encoder="flux_text_encoder",
+        denoise="flux_denoise",
+        decode="flux_vae_decode",
+        encode="flux_vae_encode",
+        conditioning_field="conditioning",
+        negative="never",
+        second_prompt_label="T5 prompt",
+        guidance_field="guidance",
+        guidance_label="Guidance",
+        guidance_off=0.0,
+    ),
     config_variants=CONFIG_VARIANTS,
     files=FILES,
     demos=DEMOS,

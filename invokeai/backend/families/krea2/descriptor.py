@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
 from invokeai.backend.families.krea2 import demo, estimators, layout, runs, scheduler
 from invokeai.backend.families.krea2.constants import CONSTANTS, NAME
 from invokeai.backend.models.config_variants import ConfigVariant
@@ -34,6 +34,14 @@ FAMILY = Family(
     scheduler_names=scheduler.SCHEDULER_NAMES,
     make_scheduler=scheduler.make_scheduler,
     node_module="invokeai.app.nodes.krea2",
+    graph=GraphFacts(
+        text_encoder="krea2_text_encoder",
+        denoise="krea2_denoise",
+        decode="krea2_vae_decode",
+        guidance_field="guidance_scale",
+        guidance_label="Guidance scale",
+        guidance_off=0.0,
+    ),
     config_variants=(
         ConfigVariant(
             "krea2",
