@@ -1198,11 +1198,15 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The FLUX.1 model, or a FLUX.1 transformer file; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description What the image shows (flux_text_encoder) */
-            conditioning?: components["schemas"]["ConditioningField"];
-            /** @description Latents to start from (flux_vae_encode), for image-to-image; their size must match */
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /** @description Latents to start from (the family's encode node), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
             /**
              * Denoising Strength
@@ -1210,6 +1214,8 @@ export interface components {
              * @default 1
              */
             denoising_strength: number;
+            /** @description What the image shows (flux_text_encoder) */
+            conditioning?: components["schemas"]["ConditioningField"];
             /**
              * Width
              * @description The width, a multiple of 16
@@ -1234,12 +1240,6 @@ export interface components {
              * @default 3.5
              */
             guidance: number;
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * FluxTextEncoderInvocation
@@ -1315,9 +1315,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (flux_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -1348,9 +1348,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The image; its sides must be multiples of 16 */
+            /** @description The image; its sides must be multiples of the family's size multiple */
             image?: components["schemas"]["ImageField"];
             /**
              * Seed
@@ -1827,8 +1827,14 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The Krea-2 model or GGUF transformer; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
             /** @description What the image shows (krea2_text_encoder) */
             positive_conditioning?: components["schemas"]["ConditioningField"];
             /** @description What the image avoids (krea2_text_encoder); needed when guidance_scale > 0 */
@@ -1857,12 +1863,6 @@ export interface components {
              * @default 4.5
              */
             guidance_scale: number;
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * Krea2TextEncoderInvocation
@@ -1928,9 +1928,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The Krea-2 model (a GGUF transformer gets this component from its paired Krea-2 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (krea2_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -2508,13 +2508,15 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SD-1 model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description What the image shows (sd_text_encoder) */
-            positive_conditioning?: components["schemas"]["ConditioningField"];
-            /** @description What the image avoids (sd_text_encoder); needed when cfg_scale > 1 */
-            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
-            /** @description Latents to start from (sd_vae_encode), for image-to-image; their size must match */
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /** @description Latents to start from (the family's encode node), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
             /**
              * Denoising Strength
@@ -2522,6 +2524,10 @@ export interface components {
              * @default 1
              */
             denoising_strength: number;
+            /** @description What the image shows (sd_text_encoder) */
+            positive_conditioning?: components["schemas"]["ConditioningField"];
+            /** @description What the image avoids (sd_text_encoder); needed when cfg_scale > 1 */
+            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
             /**
              * Width
              * @description The width, a multiple of 8
@@ -2553,12 +2559,6 @@ export interface components {
              * @enum {string}
              */
             scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * SDTextEncoderInvocation
@@ -2623,9 +2623,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SD-1 model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (sd_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -2656,9 +2656,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SD-1 model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The image; its sides must be multiples of 8 */
+            /** @description The image; its sides must be multiples of the family's size multiple */
             image?: components["schemas"]["ImageField"];
             /**
              * Seed
@@ -2695,13 +2695,15 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SDXL model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description What the image shows (sdxl_text_encoder) */
-            positive_conditioning?: components["schemas"]["ConditioningField"];
-            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: zero conditioning, as StableDiffusionXLPipeline uses without a negative prompt */
-            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
-            /** @description Latents to start from (sdxl_vae_encode), for image-to-image; their size must match */
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /** @description Latents to start from (the family's encode node), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
             /**
              * Denoising Strength
@@ -2709,6 +2711,10 @@ export interface components {
              * @default 1
              */
             denoising_strength: number;
+            /** @description What the image shows (sdxl_text_encoder) */
+            positive_conditioning?: components["schemas"]["ConditioningField"];
+            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: zero conditioning, as StableDiffusionXLPipeline uses without a negative prompt */
+            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
             /**
              * Width
              * @description The width, a multiple of 8
@@ -2740,12 +2746,6 @@ export interface components {
              * @enum {string}
              */
             scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * SDXLTextEncoderInvocation
@@ -2816,9 +2816,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SDXL model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (sdxl_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -2849,9 +2849,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SDXL model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The image; its sides must be multiples of 8 */
+            /** @description The image; its sides must be multiples of the family's size multiple */
             image?: components["schemas"]["ImageField"];
             /**
              * Seed
