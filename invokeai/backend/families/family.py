@@ -117,7 +117,9 @@ class Family:
     component -> parsed config.json, scheduler -> scheduler_config.json); empty means it runs.
     `make_scheduler(name, base_config)` builds one of `scheduler_names` on the model's own noise schedule.
     `node_module` is the dotted name of the module holding the family's nodes (imported by the app, never here);
-    `graph` how clients wire them into a generation graph.
+    `graph` how clients wire them into a generation graph. `lookalikes` are single files that look like the
+    family's but that it does not run: (what the file is, tensor-name prefixes that tell it), so that the probe's
+    refusal says what a file looks like rather than only that no rule fits it.
     """
 
     name: str
@@ -137,6 +139,7 @@ class Family:
     files: tuple[FileRule, ...] = ()
     demos: tuple[DemoModel, ...] = ()
     folder_check: Callable[[Mapping[str, dict[str, Any]]], list[str]] | None = None
+    lookalikes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Components read from the folder's configs for folder_check (scheduler_config.json for the scheduler).
     checked_configs: tuple[str, ...] = field(default=())
 

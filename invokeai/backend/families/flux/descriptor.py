@@ -184,4 +184,11 @@ FAMILY = Family(
     demos=DEMOS,
     folder_check=folder_check,
     checked_configs=("transformer", "vae", "scheduler"),
+    lookalikes=(
+        (
+            # The file rules want every marker of a whole transformer; a file with only some is not one this runs.
+            "a FLUX.1 transformer (double_blocks / single_blocks) without the tensors a whole one has",
+            ("double_blocks.", "model.diffusion_model.double_blocks."),
+        ),
+    ),
 )

@@ -116,4 +116,10 @@ FAMILY = Family(
     ),
     folder_check=folder_differences,
     checked_configs=("unet", "scheduler", "text_encoder", "text_encoder_2"),
+    lookalikes=(
+        (
+            "an SDXL refiner checkpoint (OpenCLIP-G as its only text encoder, under conditioner.embedders.0.model)",
+            ("conditioner.embedders.0.model.",),
+        ),
+    ),
 )
