@@ -161,3 +161,45 @@ def test_an_unknown_family_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(KeyError, match="no model family 'sd-3'; known: " + ", ".join(f.name for f in FAMILIES)):
         get_family("sd-3")
     assert family_for_pipeline("StableDiffusion3Pipeline") is None
+
+
+# Tests that may still hold a fixed list of demo names, each with why.
+LISTS_DEMOS = {
+    "tests/app/ui/test_ui_flows.py": "pending: tests/app/ui is being edited by the UI's engineer",
+}
+
+
+def demo_name_lists(path: Path) -> list[tuple[int, list[str]]]:
+    """(line, names) of each list, tuple and set literal holding three or more demo model names (`demo-*`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            names = [
+                element.value
+                for element in node.elts
+                if isinstance(element, ast.Constant) and isinstance(element.value, str)
+                if element.value.startswith("demo-")
+            ]
+            if len(names) >= 3:
+                found.append((node.lineno, names))
+    return found
+
+
+def test_no_test_holds_a_fixed_list_of_demo_names() -> None:
+    # Tests iterate FAMILIES and family.demos, so a new family's demo models are tested without editing them.
+    assert all((REPO / path).is_file() and reason for path, reason in LISTS_DEMOS.items())
+    hits = [
+        f"{path.relative_to(REPO)}:{line} {names}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if path.relative_to(REPO).as_posix() not in LISTS_DEMOS
+        for line, names in demo_name_lists(path)
+    ]
+    assert hits == []
+
+
+def test_the_demo_list_check_can_fail(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'A = ["demo-a", "demo-b", "demo-c"]\nB = ("demo-a", "demo-b")\nC = {"demo-a", "x", "demo-b", "demo-c"}\n'
+    )
+    assert [line for line, _ in demo_name_lists(sample)] == [1, 3]
