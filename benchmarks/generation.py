@@ -1,13 +1,14 @@
-"""One demo generation through the server's REST API against diffusers' pipeline called directly, in one run.
+"""One demo generation through the server's REST API against diffusers' pipeline called directly, in one run, for
+every registered model family.
 
-The server side is the documented example graph (docs/examples/sd_text_to_image.json: SD, 20 steps at 64x64;
-docs/examples/krea2_text_to_image.json: Krea-2, 8 steps; docs/examples/flux_text_to_image.json: FLUX.1, run with
-20 steps; docs/examples/sdxl_text_to_image.json: SDXL, 8 steps), timed from sending the enqueue request to
-receiving the item's `completed` event; it includes the HTTP round trip, the queue, every node, the tensor store
-and writing the PNG. Like the pipeline called without a step callback, the client takes no step previews: its event
-stream names only `queue_item_status_changed`, and the server makes no preview nobody watches. The direct side is
-StableDiffusionPipeline / Krea2Pipeline / FluxPipeline / StableDiffusionXLPipeline in a process of its own, on the
-same model folders (the records the server lists), device, dtype, prompts, seed, size and steps.
+The server side is the family's documented text-to-image example graph on its demo pipeline (the
+docs/examples/*.json whose denoise node is the family's and names the family's first pipeline demo model: for
+SD-1, 20 steps at 64x64; Krea-2 and SDXL, 8 steps; FLUX.1, run with 20 steps, see STEPS), timed from sending the
+enqueue request to receiving the item's `completed` event; it includes the HTTP round trip, the queue, every node,
+the tensor store and writing the PNG. Like the pipeline called without a step callback, the client takes no step
+previews: its event stream names only `queue_item_status_changed`, and the server makes no preview nobody watches.
+The direct side is the pipeline class the demo's model_index.json names, in a process of its own, on the same model
+folders (the records the server lists), device, dtype, prompts, seed, size, steps and sampler.
 
 Two copies of the same program in two processes can differ by several percent for the whole of their lives (where
 their memory landed), and pairing runs in time does not remove that. So the benchmark runs in rounds: each round
@@ -70,14 +71,44 @@ class Case:
         return body
 
 
-CASES = (
-    Case("sd", "SD-1 demo, 20 steps at 64x64", "sd_text_to_image", "demo-sd1", "cfg_scale"),
-    Case("krea2", "Krea-2 demo, 8 steps at 64x64", "krea2_text_to_image", "demo-krea2", "guidance_scale"),
-    # The example's 8 steps take about 115 ms here, where the ~10 ms a graph of four nodes costs the server around
-    # its nodes (the queue, events, results) would be 9%: 20 steps, as SD's example has, measure the generation.
-    Case("flux", "FLUX.1 demo, 20 steps at 64x64", "flux_text_to_image", "demo-flux", "guidance", steps=20),
-    Case("sdxl", "SDXL demo, 8 steps at 64x64", "sdxl_text_to_image", "demo-sdxl", "cfg_scale"),
-)
+# A family whose example takes too little time for the server's fixed cost around its nodes to be a small part runs
+# with more steps: FLUX.1's 8 steps take about 115 ms here, where the ~10 ms a graph of four nodes costs the server
+# (the queue, events, results) would be 9%; 20 steps, as SD-1's example has, measure the generation.
+STEPS = {"flux": 20}
+
+
+def _text_to_image_example(family: Any, model: str) -> str:
+    """The documented text-to-image example of `family` on the demo model `model`."""
+    for path in sorted(EXAMPLES.glob("*.json")):
+        nodes = json.loads(path.read_text(encoding="utf-8"))["batch"]["graph"]["nodes"]
+        denoise = nodes.get("denoise", {})
+        if (
+            denoise.get("type") == family.graph.denoise
+            and denoise.get("model", {}).get("name") == model
+            and not any(node["type"] == family.graph.encode for node in nodes.values())
+        ):
+            return path.stem
+    raise LookupError(f"docs/examples has no text-to-image example of the {family.name} family on {model}")
+
+
+def _cases() -> tuple[Case, ...]:
+    """One case per registered family: its example on its first pipeline demo model."""
+    from invokeai.backend.families.registry import FAMILIES
+
+    cases = []
+    for family in FAMILIES:
+        demo = next(demo for demo in family.demos if demo.type == "main")
+        example = _text_to_image_example(family, demo.name)
+        steps = STEPS.get(family.name)
+        denoise = json.loads((EXAMPLES / f"{example}.json").read_text(encoding="utf-8"))["batch"]["graph"]["nodes"]
+        shown = steps or denoise["denoise"]["steps"]
+        size = f"{denoise['denoise']['width']}x{denoise['denoise']['height']}"
+        label = f"{family.title} demo, {shown} steps at {size}"
+        cases.append(Case(family.name, label, example, demo.name, family.graph.guidance_field, steps=steps))
+    return tuple(cases)
+
+
+CASES = _cases()
 
 FIXED_COST_BODY: dict[str, Any] = {
     "batch": {
@@ -180,48 +211,39 @@ def _load(path: Path, device: Any, dtype: Any) -> dict[str, Any]:
     return {name: load_component(probe, name, device=device, dtype=dtype) for name in components_of(probe)}
 
 
+def _is_component_entry(value: Any) -> bool:
+    """A model_index.json entry naming a component's library and class (or two nulls: none)."""
+    return isinstance(value, list) and len(value) == 2 and all(x is None or isinstance(x, str) for x in value)
+
+
 def _pipeline(case: Case, path: Path, device: Any, dtype: Any) -> Any:
+    """The pipeline class the folder's model_index.json names, on the server's loaded components, with the example's
+    sampler (built as the family's denoise node builds it); the pipeline's other arguments are the folder's
+    settings (model_index.json), no optional component (safety checker, image encoder ...) and no watermark."""
+    import inspect
+
+    import diffusers
+
+    from invokeai.backend.families.registry import get_family
+
     parts = _load(path, device, dtype)
-    if case.family == "sd":
-        from diffusers import StableDiffusionPipeline
-
-        from invokeai.backend.families.sd1.descriptor import FAMILY as sd1_family
-
-        scheduler = sd1_family.make_scheduler(
-            case.body["batch"]["graph"]["nodes"]["denoise"]["scheduler"], dict(parts["scheduler"].config)
-        )
-        return StableDiffusionPipeline(
-            vae=parts["vae"],
-            text_encoder=parts["text_encoder"],
-            tokenizer=parts["tokenizer"],
-            unet=parts["unet"],
-            scheduler=scheduler,
-            safety_checker=None,
-            feature_extractor=None,
-            requires_safety_checker=False,
-        )
-    if case.family == "flux":
-        from diffusers import FluxPipeline
-
-        return FluxPipeline(**parts)
-    if case.family == "sdxl":
-        return _sdxl_pipeline(case, parts)
-    from diffusers import Krea2Pipeline
-
-    from invokeai.backend.families.krea2.generation import Krea2Settings
-
-    settings = Krea2Settings.from_model_index(json.loads((path / "model_index.json").read_text(encoding="utf-8")))
-    return Krea2Pipeline(**parts, text_encoder_select_layers=settings.select_layers)
-
-
-def _sdxl_pipeline(case: Case, parts: dict[str, Any]) -> Any:
-    from diffusers import StableDiffusionXLPipeline
-
-    from invokeai.backend.families.sdxl.descriptor import FAMILY
-
-    name = case.body["batch"]["graph"]["nodes"]["denoise"]["scheduler"]
-    scheduler = FAMILY.make_scheduler(name, dict(parts["scheduler"].config))
-    return StableDiffusionXLPipeline(**{**parts, "scheduler": scheduler}, add_watermarker=False)
+    index = json.loads((path / "model_index.json").read_text(encoding="utf-8"))
+    pipeline_class = getattr(diffusers, index["_class_name"])
+    scheduler = case.body["batch"]["graph"]["nodes"]["denoise"].get("scheduler")
+    if scheduler is not None:
+        parts["scheduler"] = get_family(case.family).make_scheduler(scheduler, dict(parts["scheduler"].config))
+    arguments: dict[str, Any] = {}
+    for name, parameter in inspect.signature(pipeline_class.__init__).parameters.items():
+        if name == "self" or name in parts or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if name in index and not _is_component_entry(index[name]):
+            arguments[name] = index[name]
+        elif parameter.default is inspect.Parameter.empty:
+            arguments[name] = None
+    for name in ("requires_safety_checker", "add_watermarker"):
+        if name in inspect.signature(pipeline_class.__init__).parameters:
+            arguments[name] = False
+    return pipeline_class(**parts, **arguments)
 
 
 def pipeline_call(pipe: Any, case: Case) -> Callable[[], Any]:
