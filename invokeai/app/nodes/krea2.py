@@ -8,8 +8,6 @@ node; a graph may also name a different model per node.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
@@ -52,12 +50,11 @@ LATENTS = TensorKind("latents", ("krea2_latents",), "krea2_denoise")
 MODEL_DESCRIPTION = "The Krea-2 model (a GGUF transformer gets this component from its paired Krea-2 pipeline)"
 
 
-def _pipeline_settings(record: ModelRecord) -> Krea2Settings:
-    """The pipeline options in the model folder's model_index.json (the defaults where it has none)."""
+def _pipeline_settings(context: InvocationContext, record: ModelRecord) -> Krea2Settings:
+    """The pipeline options in the model's model_index.json (the defaults where it has none)."""
     from invokeai.backend.families.krea2.generation import Krea2Settings
 
-    index = Path(record.path) / "model_index.json"
-    return Krea2Settings.from_model_index(json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {})
+    return Krea2Settings.from_model_index(context.models.pipeline_options(record))
 
 
 class Krea2TextEncoderInvocation(BaseInvocation):
@@ -82,7 +79,7 @@ class Krea2TextEncoderInvocation(BaseInvocation):
                 tokenizer,
                 self.prompt,
                 context.models.device,
-                select_layers=_pipeline_settings(source).select_layers,
+                select_layers=_pipeline_settings(context, source).select_layers,
                 max_sequence_length=MAX_SEQUENCE_LENGTH,
             )
         return ConditioningOutput(
@@ -128,7 +125,7 @@ class Krea2DenoiseInvocation(BaseInvocation):
                 raise ValueError('guidance_scale > 0 needs negative_conditioning (encode the negative prompt, or "")')
             negative_embeds, negative_mask = CONDITIONING.load(context, self.negative_conditioning.conditioning_name)
         pipeline = provider(context, record, "scheduler")
-        settings = _pipeline_settings(pipeline)
+        settings = _pipeline_settings(context, pipeline)
         scheduler = KREA2.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
 
         on_step = step_reporter(
