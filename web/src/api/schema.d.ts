@@ -2543,7 +2543,7 @@ export interface components {
             model?: components["schemas"]["ModelIdentifier"];
             /** @description What the image shows (sdxl_text_encoder) */
             positive_conditioning?: components["schemas"]["ConditioningField"];
-            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: zero conditioning, as StableDiffusionXLPipeline uses without a negative prompt */
+            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: what StableDiffusionXLPipeline uses without a negative prompt (zero conditioning, or the empty prompt's where the model's force_zeros_for_empty_prompt is false) */
             negative_conditioning?: components["schemas"]["ConditioningField"] | null;
             /** @description Latents to start from (sdxl_vae_encode), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
