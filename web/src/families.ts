@@ -1,89 +1,68 @@
-import type { Batch, Graph, ModelRecord } from "./api/client";
+import type { Batch, FamilyInfo, Graph, ModelRecord } from "./api/client";
 import type { FieldSpec, NodeSpecs } from "./nodeSchemas";
 
-/** The node types of one model family, and which denoise field holds its guidance. */
-export interface Family {
-  id: ModelRecord["family"];
-  label: string;
-  textEncoder: string;
-  denoise: string;
-  decode: string;
-  encode?: string;
-  guidanceField: "cfg_scale" | "guidance" | "guidance_scale";
-  guidanceLabel: string;
-  /** The denoise input the (single) conditioning goes to, for families without a negative prompt. */
-  conditioningField: "positive_conditioning" | "conditioning";
-  /** Whether a negative encoder is wired in: always, only with a negative prompt, or never. */
-  negative: "always" | "when_given" | "never";
-  /** The family's text encoder takes a second prompt (SDXL's OpenCLIP, FLUX's T5). */
-  secondPrompt: boolean;
+/**
+ * One model family as the server describes it (GET /api/v1/app/families): its node types, how they are wired,
+ * its guidance, negative and second-prompt behaviour, size step, defaults and image-to-image. The UI knows no
+ * family of its own: every fact below comes from that answer, so a family registered on the server shows up here
+ * without a change to the web UI.
+ */
+export type Family = FamilyInfo;
+
+/** The node roles of a family's graph, as `loader_links` names them. */
+export type Role = "text_encoder" | "denoise" | "decode" | "encode";
+
+/** 1 - x, without the float noise (1 - 0.7 = 0.30000000000000004): `denoising_start` from a strength and back. */
+function complement(x: number): number {
+  return Math.round((1 - x) * 1e6) / 1e6;
 }
 
-export const FAMILIES: Family[] = [
-  {
-    id: "sd-1",
-    label: "Stable Diffusion 1.x",
-    textEncoder: "sd_text_encoder",
-    denoise: "sd_denoise",
-    decode: "sd_vae_decode",
-    encode: "sd_vae_encode",
-    guidanceField: "cfg_scale",
-    guidanceLabel: "CFG scale",
-    conditioningField: "positive_conditioning",
-    negative: "always",
-    secondPrompt: false,
-  },
-  {
-    id: "sdxl",
-    label: "Stable Diffusion XL",
-    textEncoder: "sdxl_text_encoder",
-    denoise: "sdxl_denoise",
-    decode: "sdxl_vae_decode",
-    encode: "sdxl_vae_encode",
-    guidanceField: "cfg_scale",
-    guidanceLabel: "CFG scale",
-    conditioningField: "positive_conditioning",
-    negative: "when_given",
-    secondPrompt: true,
-  },
-  {
-    id: "flux",
-    label: "FLUX.1",
-    textEncoder: "flux_text_encoder",
-    denoise: "flux_denoise",
-    decode: "flux_vae_decode",
-    encode: "flux_vae_encode",
-    guidanceField: "guidance",
-    guidanceLabel: "Guidance",
-    conditioningField: "conditioning",
-    negative: "never",
-    secondPrompt: true,
-  },
-  {
-    id: "krea2",
-    label: "Krea-2",
-    textEncoder: "krea2_text_encoder",
-    denoise: "krea2_denoise",
-    decode: "krea2_vae_decode",
-    guidanceField: "guidance_scale",
-    guidanceLabel: "Guidance scale",
-    conditioningField: "positive_conditioning",
-    negative: "always",
-    secondPrompt: false,
-  },
-];
-
-export function familyOf(id: string | undefined): Family | undefined {
-  return FAMILIES.find((f) => f.id === id);
+export function familyOf(families: Family[] | null, name: string | undefined): Family | undefined {
+  return families?.find((f) => f.name === name);
 }
 
-/** Image-to-image needs an encode node in the server and a `latents` input on the denoiser. */
-export function supportsImageToImage(family: Family, specs: NodeSpecs): boolean {
-  return !!family.encode && !!specs[family.encode] && !!specs[family.denoise]?.latents;
+/** The family whose denoise node has this type (for reading a graph back). */
+export function familyOfDenoise(families: Family[] | null, nodeType: unknown): Family | undefined {
+  return typeof nodeType === "string" ? families?.find((f) => f.nodes.denoise === nodeType) : undefined;
 }
 
-export function denoiseSpec(family: Family, specs: NodeSpecs, field: string): FieldSpec | undefined {
-  return specs[family.denoise]?.[field];
+/** Image-to-image: the server says whether the family's nodes run it (an encode node and a `latents` input). */
+export function supportsImageToImage(family: Family): boolean {
+  return family.image_to_image && !!family.nodes.encode;
+}
+
+/**
+ * A field of the family's denoise node, from its schema; the size fields take the family's size step when the
+ * schema gives none.
+ */
+export function denoiseSpec(family: Family, specs: NodeSpecs | null, field: string): FieldSpec | undefined {
+  const spec = specs?.[family.nodes.denoise]?.[field];
+  if (field !== "width" && field !== "height") return spec;
+  const kind = spec?.kind ?? "integer";
+  return { ...spec, kind, multipleOf: spec?.multipleOf ?? family.size_multiple };
+}
+
+/** The schedulers the user may pick: the enum of the denoise node's `scheduler` field, or none without one. */
+export function schedulerChoices(family: Family, specs: NodeSpecs | null): string[] {
+  return specs?.[family.nodes.denoise]?.scheduler?.enum ?? [];
+}
+
+/**
+ * The limits of the strength slider (how much of the image changes, 0..1), from the family's strength field:
+ * `denoising_strength` is the strength itself, `denoising_start` is 1 - strength.
+ */
+export function strengthLimits(family: Family, specs: NodeSpecs | null): { minimum: number; maximum: number } {
+  const spec = denoiseSpec(family, specs, family.strength_field);
+  if (family.strength_field === "denoising_start")
+    return { minimum: complement(spec?.maximum ?? 1), maximum: complement(spec?.minimum ?? 0) };
+  return { minimum: spec?.minimum ?? 0, maximum: spec?.maximum ?? 1 };
+}
+
+/** Whether the negative prompt's encoder is wired in, from the family's `negative` and `guidance.off`. */
+export function usesNegative(family: Family, guidance: number, negativePrompt: string): boolean {
+  if (family.negative === "always") return guidance > family.guidance.off;
+  if (family.negative === "when_given") return negativePrompt.trim() !== "";
+  return false;
 }
 
 export interface GenerateSettings {
@@ -115,97 +94,138 @@ export function companionModel(model: ModelRecord, models: ModelRecord[]): strin
 
 type Node = NonNullable<Graph["nodes"]>[string];
 type Edge = NonNullable<Graph["edges"]>[number];
+type Fields = Record<string, unknown>;
 
 function edge(from: string, out: string, to: string, input: string): Edge {
   return { source: { node_id: from, field: out }, destination: { node_id: to, field: input } };
 }
 
-/** The family's graph, shaped as docs/examples/<family>_{text,image}_to_image.json. */
+/** The node id of the family's loader, when it has one. */
+export const LOADER_ID = "loader";
+
+/**
+ * The family's graph: prompt -> text encoder -> denoise -> decode, and for image-to-image image -> encode ->
+ * denoise, with the node types, fields and wiring of the family's entry.
+ *
+ * Without a loader every node names its model (`model: {name}`: the picked model on the denoiser, its companion
+ * pipeline on the others). With one, a single loader node names the picked model and feeds every other node
+ * through edges loader.<output> -> node.<input>, per role, from `loader_links`.
+ */
 export function buildGraph(
   family: Family,
+  specs: NodeSpecs | null,
   model: ModelRecord,
   models: ModelRecord[],
   s: GenerateSettings,
   seed: number,
 ): Graph {
-  const main = { name: companionModel(model, models) };
-  const nodes: Record<string, Node> = {};
+  const nodes: Record<string, Fields> = {};
   const edges: Edge[] = [];
-  const positive: Node = { id: "positive", type: family.textEncoder, model: main, prompt: s.prompt } as Node;
-  if (family.secondPrompt && s.prompt2.trim()) (positive as Record<string, unknown>).prompt_2 = s.prompt2;
-  const denoise: Record<string, unknown> = {
-    id: "denoise",
-    type: family.denoise,
-    model: { name: model.name },
+  const { loader } = family.nodes;
+  if (loader) nodes[LOADER_ID] = { id: LOADER_ID, type: loader, model: { name: model.name } };
+  const companion = { name: companionModel(model, models) };
+  // A node of `role`: the model named on it without a loader, or the loader's outputs wired into it.
+  const add = (id: string, type: string, role: Role, fields: Fields, own = companion): Fields => {
+    const node: Fields = { id, type, ...fields };
+    if (loader) {
+      for (const link of family.loader_links[role] ?? []) edges.push(edge(LOADER_ID, link.output, id, link.input));
+    } else {
+      node.model = own;
+    }
+    nodes[id] = node;
+    return node;
+  };
+
+  const positive: Fields = { prompt: s.prompt };
+  if (family.second_prompt_label !== null && s.prompt2.trim()) positive.prompt_2 = s.prompt2;
+  add("positive", family.nodes.text_encoder, "text_encoder", positive);
+  edges.push(edge("positive", "conditioning", "denoise", family.conditioning_field));
+  if (usesNegative(family, s.guidance, s.negativePrompt)) {
+    add("negative", family.nodes.text_encoder, "text_encoder", { prompt: s.negativePrompt });
+    edges.push(edge("negative", "conditioning", "denoise", "negative_conditioning"));
+  }
+
+  const denoise: Fields = {
     width: s.width,
     height: s.height,
     steps: s.steps,
-    [family.guidanceField]: s.guidance,
+    [family.guidance.field]: s.guidance,
     seed,
   };
-  if (family.guidanceField === "cfg_scale") denoise.scheduler = s.scheduler;
-  const useNegative =
-    family.negative === "always"
-      ? !(family.guidanceField === "cfg_scale" ? s.guidance <= 1 : s.guidance <= 0)
-      : family.negative === "when_given" && s.negativePrompt.trim() !== "";
-  if (s.sourceImage && family.encode) {
-    nodes.encode = { id: "encode", type: family.encode, model: main, image: { image_name: s.sourceImage }, seed } as Node;
-    denoise.denoising_strength = s.strength;
+  // Only a family whose denoise node has a scheduler input gets one, and only one of its choices.
+  if (schedulerChoices(family, specs).includes(s.scheduler)) denoise.scheduler = s.scheduler;
+  const encode = family.nodes.encode;
+  if (s.sourceImage && encode && supportsImageToImage(family)) {
+    const fields: Fields = { image: { image_name: s.sourceImage } };
+    if (specs?.[encode]?.seed) fields.seed = seed;
+    add("encode", encode, "encode", fields);
+    denoise[family.strength_field] = family.strength_field === "denoising_start" ? complement(s.strength) : s.strength;
     edges.push(edge("encode", "latents", "denoise", "latents"));
   }
-  nodes.positive = positive;
-  if (family.id === "flux") {
-    // FLUX.1's prompt node is "prompt" in the examples and feeds the single conditioning input.
-    nodes.prompt = { ...positive, id: "prompt" } as Node;
-    delete nodes.positive;
-    edges.push(edge("prompt", "conditioning", "denoise", family.conditioningField));
-  } else {
-    edges.push(edge("positive", "conditioning", "denoise", family.conditioningField));
-  }
-  if (useNegative) {
-    nodes.negative = { id: "negative", type: family.textEncoder, model: main, prompt: s.negativePrompt } as Node;
-    edges.push(edge("negative", "conditioning", "denoise", "negative_conditioning"));
-  }
-  nodes.denoise = denoise as Node;
-  nodes.decode = { id: "decode", type: family.decode, model: main } as Node;
+  add("denoise", family.nodes.denoise, "denoise", denoise, { name: model.name });
+  add("decode", family.nodes.decode, "decode", {});
   edges.push(edge("denoise", "latents", "decode", "latents"));
-  return { id: `${family.id.replace("-1", "")}_${s.sourceImage ? "image" : "text"}_to_image`, nodes, edges } as Graph;
+  const id = `${family.name}_${nodes.encode ? "image" : "text"}_to_image`;
+  return { id, nodes: nodes as Record<string, Node>, edges } as Graph;
 }
 
-/** One batch for all the images: the seeds go in as batch data (zipped over the denoise and encode nodes). */
+/** One batch for all the images: the seeds go in as batch data (zipped over the nodes that take a seed). */
 export function buildBatch(
   family: Family,
+  specs: NodeSpecs | null,
   model: ModelRecord,
   models: ModelRecord[],
   s: GenerateSettings,
   seeds: number[],
 ): Batch {
-  const graph = buildGraph(family, model, models, s, seeds[0]);
+  const graph = buildGraph(family, specs, model, models, s, seeds[0]);
   const batch: Batch = { graph, runs: 1, origin: "invokeai-web-ui" };
   if (seeds.length > 1) {
     const group = [{ node_path: "denoise", field_name: "seed", items: seeds }];
-    if (graph.nodes?.encode) group.push({ node_path: "encode", field_name: "seed", items: seeds });
+    const encode = graph.nodes?.encode as unknown as Fields | undefined;
+    if (encode && "seed" in encode) group.push({ node_path: "encode", field_name: "seed", items: seeds });
     batch.data = [group];
   }
   return batch;
 }
 
+/** The node of the graph whose type is a family's denoise node, and that family. */
+export function findDenoise(graph: Graph, families: Family[] | null): { node: Fields; family: Family } | null {
+  for (const node of Object.values(graph.nodes ?? {}) as unknown as Fields[]) {
+    const family = familyOfDenoise(families, node.type);
+    if (family) return { node, family };
+  }
+  return null;
+}
+
+/** The model a graph ran: the one its denoiser names, or with a loader the one the loader names. */
+export function graphModel(graph: Graph, found: { node: Fields; family: Family }): { name?: string; key?: string } | undefined {
+  const { node: denoise, family } = found;
+  let named: Fields | undefined = denoise;
+  if (family.nodes.loader) {
+    const nodes = Object.values(graph.nodes ?? {}) as unknown as Fields[];
+    const feeding = new Set((graph.edges ?? []).filter((x) => x.destination.node_id === denoise.id).map((x) => x.source.node_id));
+    const loaders = nodes.filter((n) => n.type === family.nodes.loader);
+    named = loaders.find((n) => feeding.has(String(n.id))) ?? loaders[0];
+  }
+  return named?.model as { name?: string; key?: string } | undefined;
+}
+
 /** Generation settings read back from a graph (an image's metadata), for "Use these settings". */
-export function settingsFromGraph(graph: Graph, models: ModelRecord[]): Partial<GenerateSettings> | null {
-  const nodes = Object.values(graph.nodes ?? {}) as unknown as Record<string, unknown>[];
-  const denoise = nodes.find((n) => typeof n.type === "string" && (n.type as string).endsWith("_denoise"));
-  if (!denoise) return null;
-  const family = FAMILIES.find((f) => f.denoise === denoise.type);
-  if (!family) return null;
-  const feeding = (input: string): Record<string, unknown> | undefined => {
+export function settingsFromGraph(graph: Graph, models: ModelRecord[], families: Family[] | null): Partial<GenerateSettings> | null {
+  const found = findDenoise(graph, families);
+  if (!found) return null;
+  const { node: denoise, family } = found;
+  const nodeOf = (id: string) => graph.nodes?.[id] as unknown as Fields | undefined;
+  const feeding = (input: string): Fields | undefined => {
     const e = (graph.edges ?? []).find((x) => x.destination.node_id === denoise.id && x.destination.field === input);
-    return e ? (graph.nodes?.[e.source.node_id] as unknown as Record<string, unknown>) : undefined;
+    return e ? nodeOf(e.source.node_id) : undefined;
   };
-  const pos = feeding(family.conditioningField);
+  const pos = feeding(family.conditioning_field);
   const neg = feeding("negative_conditioning");
   const enc = feeding("latents");
-  const modelRef = denoise.model as { name?: string; key?: string } | undefined;
-  const model = models.find((m) => m.name === modelRef?.name || m.key === modelRef?.key);
+  const modelRef = graphModel(graph, found);
+  const model = models.find((m) => (modelRef?.name !== undefined && m.name === modelRef.name) || (modelRef?.key !== undefined && m.key === modelRef.key));
   const out: Partial<GenerateSettings> = {
     prompt: typeof pos?.prompt === "string" ? pos.prompt : "",
     prompt2: typeof pos?.prompt_2 === "string" ? pos.prompt_2 : "",
@@ -218,10 +238,12 @@ export function settingsFromGraph(graph: Graph, models: ModelRecord[]): Partial<
   if (num("height") !== undefined) out.height = num("height");
   if (num("steps") !== undefined) out.steps = num("steps");
   if (num("seed") !== undefined) out.seed = num("seed");
-  if (num(family.guidanceField) !== undefined) out.guidance = num(family.guidanceField);
+  if (num(family.guidance.field) !== undefined) out.guidance = num(family.guidance.field);
   if (typeof denoise.scheduler === "string") out.scheduler = denoise.scheduler;
   const image = enc?.image as { image_name?: string } | undefined;
   out.sourceImage = image?.image_name ?? null;
-  if (out.sourceImage && num("denoising_strength") !== undefined) out.strength = num("denoising_strength");
+  const strength = num(family.strength_field);
+  if (out.sourceImage && strength !== undefined)
+    out.strength = family.strength_field === "denoising_start" ? complement(strength) : strength;
   return out;
 }

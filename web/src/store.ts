@@ -11,7 +11,7 @@ import {
   type QueueStatus,
 } from "./api/client";
 import type { AnyEvent, ConnectionState, EventMap } from "./api/events";
-import type { GenerateSettings } from "./families";
+import type { Family, GenerateSettings } from "./families";
 import type { NodeSpecs } from "./nodeSchemas";
 
 export type Page = "generate" | "queue" | "gallery" | "models" | "attention";
@@ -37,6 +37,8 @@ export interface InstallState {
 export interface State {
   page: Page;
   specs: NodeSpecs | null;
+  /** The server's model families (GET /api/v1/app/families), in its order; null until read. */
+  families: Family[] | null;
   models: ModelRecord[];
   images: ImageRecord[];
   imagesTotal: number;
@@ -61,6 +63,7 @@ export interface State {
 let state: State = {
   page: "generate",
   specs: null,
+  families: null,
   models: [],
   images: [],
   imagesTotal: 0,
@@ -121,6 +124,21 @@ export async function refreshModels(): Promise<void> {
   setState({ models: data.models });
 }
 
+let familiesLoading: Promise<void> | null = null;
+/**
+ * The families are read once: at start, or, when that failed (a server with a token answers 401 until the page
+ * has it), at the next refresh.
+ */
+export function loadFamilies(): Promise<void> {
+  if (getState().families) return Promise.resolve();
+  familiesLoading ??= call(api.GET("/api/v1/app/families"))
+    .then((families) => setState({ families }))
+    .finally(() => {
+      familiesLoading = null;
+    });
+  return familiesLoading;
+}
+
 export async function refreshImages(limit = Math.max(GALLERY_PAGE, getState().images.length)): Promise<void> {
   const data = await call(api.GET("/api/v1/images/", { params: { query: { offset: 0, limit } } }));
   setState({ images: data.items, imagesTotal: data.total });
@@ -158,7 +176,7 @@ export async function refreshAttention(): Promise<void> {
 }
 
 export function refreshAll(): void {
-  for (const f of [refreshModels, refreshImages, refreshQueue, refreshAttention]) f().catch(reportError);
+  for (const f of [loadFamilies, refreshModels, refreshImages, refreshQueue, refreshAttention]) f().catch(reportError);
 }
 
 let queueTimer: ReturnType<typeof setTimeout> | null = null;
@@ -212,7 +230,8 @@ export function handleEvent(event: AnyEvent): void {
       }));
       break;
     case "invocation_complete":
-      if (event.data.node_type.endsWith("_decode")) refreshImages().catch(reportError);
+      // A decode node makes the image; the gallery shows it before the item's end.
+      if (getState().families?.some((f) => f.nodes.decode === event.data.node_type)) refreshImages().catch(reportError);
       break;
     case "batch_enqueued":
     case "queue_items_canceled":

@@ -199,8 +199,8 @@ class InvokeAIAppConfig(BaseSettings):
     install_demo_models: bool = setting(
         True,
         "On a start with no model installed, build and install every model family's tiny random-weight demo models "
-        "(demo-sd1, demo-sdxl, demo-flux, demo-flux-gguf, demo-krea2, demo-krea2-gguf) under models_dir, so that "
-        "the first generation needs no download. Their images are noise: they exercise the pipelines, they do not "
+        "under models_dir, so that the first generation needs no download (GET /api/v1/app/families lists each "
+        "family's demo models; docs/families.md). Their images are noise: they exercise the pipelines, they do not "
         "make pictures.",
         startup_only=True,
         common=True,

@@ -115,7 +115,9 @@ class BaseInvocation(BaseModel, ABC):
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
-        if inspect.isabstract(cls):
+        # A template (family_nodes.py) says so in its own namespace: its subclasses inherit the attribute, not the
+        # status.
+        if inspect.isabstract(cls) or cls.__dict__.get("__node_template__", False):
             return
         for name, field in cls.model_fields.items():
             if name not in NODE_FIELDS and not isinstance(field.json_schema_extra, InputSpec):

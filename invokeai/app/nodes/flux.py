@@ -11,23 +11,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import field_validator
-
-from invokeai.app.nodes.base import BaseInvocation, ImageField, InputField, InvocationContext
-from invokeai.app.nodes.image import MAX_DIMENSION, ImageOutput
+from invokeai.app.nodes.base import InputField, InvocationContext
+from invokeai.app.nodes.family_nodes import (
+    FamilyNode,
+    ImageToImageInputs,
+    VaeDecodeNode,
+    VaeEncodeNode,
+    size_input,
+)
 from invokeai.app.nodes.model_fields import (
-    SEED_MAX,
     ConditioningField,
     ConditioningOutput,
-    LatentsField,
     LatentsOutput,
     ModelIdentifier,
     ModelInputField,
 )
 from invokeai.app.nodes.model_use import (
     TensorKind,
-    decode_latents,
-    encode_image,
     family_model,
     fitted_preview,
     latents_output,
@@ -35,7 +35,7 @@ from invokeai.app.nodes.model_use import (
     start_latents,
     step_reporter,
 )
-from invokeai.backend.families.flux.constants import DEFAULT_GUIDANCE, SIZE_MULTIPLE, T5_TOKENS_DEV, default_t5_tokens
+from invokeai.backend.families.flux.constants import DEFAULT_GUIDANCE, T5_TOKENS_DEV, default_t5_tokens
 from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
 
 if TYPE_CHECKING:
@@ -50,13 +50,14 @@ LATENTS = TensorKind("latents", ("flux_latents",), "flux_denoise or flux_vae_enc
 MODEL_DESCRIPTION = "The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline)"
 
 
-def _check_multiple(value: int) -> int:
-    if value % SIZE_MULTIPLE:
-        raise ValueError(f"must be a multiple of {SIZE_MULTIPLE}, got {value}")
-    return value
+class FluxNode(FamilyNode):
+    __node_template__ = True
+    family = FLUX
+    latents_kind = LATENTS
+    generation = "invokeai.backend.families.flux.generation"
 
 
-class FluxTextEncoderInvocation(BaseInvocation):
+class FluxTextEncoderInvocation(FluxNode):
     """A prompt encoded for flux_denoise: CLIP-L's pooled output and T5's hidden states of the prompt padded to
     max_sequence_length tokens."""
 
@@ -92,24 +93,15 @@ class FluxTextEncoderInvocation(BaseInvocation):
         return ConditioningOutput(conditioning=ConditioningField(conditioning_name=name))
 
 
-class FluxDenoiseInvocation(BaseInvocation):
+class FluxDenoiseInvocation(FluxNode, ImageToImageInputs):
     """Latents denoised by the model's transformer with flow-matching Euler and the resolution-dependent shift:
     from noise (text-to-image), or from `latents` (image-to-image), starting `denoising_strength` of the way into
     the schedule. Reports every step with a small preview."""
 
     type: Literal["flux_denoise"] = "flux_denoise"
-    model: ModelIdentifier = ModelInputField(description="The FLUX.1 model, or a FLUX.1 transformer file")
     conditioning: ConditioningField = InputField(description="What the image shows (flux_text_encoder)")
-    latents: LatentsField | None = InputField(
-        default=None, description="Latents to start from (flux_vae_encode), for image-to-image; their size must match"
-    )
-    denoising_strength: float = InputField(
-        default=1.0, ge=0.0, le=1.0, description="With latents: how much of the schedule to run (1: all of it)"
-    )
-    width: int = InputField(default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The width, a multiple of 16")
-    height: int = InputField(
-        default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The height, a multiple of 16"
-    )
+    width: int = size_input(FLUX, "width", 1024)
+    height: int = size_input(FLUX, "height", 1024)
     steps: int = InputField(default=28, ge=1, le=1000, description="The number of denoising steps (schnell: 4)")
     guidance: float = InputField(
         default=DEFAULT_GUIDANCE,
@@ -117,12 +109,6 @@ class FluxDenoiseInvocation(BaseInvocation):
         le=100.0,
         description="The guidance embedding of a guidance-distilled model (dev); schnell has none and ignores it",
     )
-    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
-
-    @field_validator("width", "height")
-    @classmethod
-    def _multiple_of_16(cls, value: int) -> int:
-        return _check_multiple(value)
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         from invokeai.backend.families.flux import generation
@@ -159,31 +145,14 @@ class FluxDenoiseInvocation(BaseInvocation):
         return latents_output(context, LATENTS, latents, self.width, self.height)
 
 
-class FluxVaeDecodeInvocation(BaseInvocation):
+class FluxVaeDecodeInvocation(FluxNode, VaeDecodeNode):
     """The image the model's 16-channel VAE decodes from latents."""
 
     type: Literal["flux_vae_decode"] = "flux_vae_decode"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
-    latents: LatentsField = InputField(description="The latents to decode (flux_denoise)")
-
-    def invoke(self, context: InvocationContext) -> ImageOutput:
-        from invokeai.backend.families.flux import generation
-
-        source = provider(context, family_model(context, self.model, FAMILY), "vae")
-        return decode_latents(context, source, LATENTS, self.latents.latents_name, generation.vae_decode)
 
 
-class FluxVaeEncodeInvocation(BaseInvocation):
+class FluxVaeEncodeInvocation(FluxNode, VaeEncodeNode):
     """Latents of an image, sampled from the model's VAE posterior, for image-to-image with flux_denoise. Give
     flux_denoise the same seed to get the image FluxImg2ImgPipeline makes with that seed."""
 
     type: Literal["flux_vae_encode"] = "flux_vae_encode"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
-    image: ImageField = InputField(description="The image; its sides must be multiples of 16")
-    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the posterior sample")
-
-    def invoke(self, context: InvocationContext) -> LatentsOutput:
-        from invokeai.backend.families.flux import generation
-
-        source = provider(context, family_model(context, self.model, FAMILY), "vae")
-        return encode_image(context, source, LATENTS, self.image, self.seed, generation.vae_encode)

@@ -10,22 +10,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import field_validator
-
-from invokeai.app.nodes.base import BaseInvocation, InputField, InvocationContext
-from invokeai.app.nodes.image import MAX_DIMENSION, ImageOutput
+from invokeai.app.nodes.base import InputField, InvocationContext
+from invokeai.app.nodes.family_nodes import (
+    DenoiseInputs,
+    FamilyNode,
+    VaeDecodeNode,
+    size_input,
+)
 from invokeai.app.nodes.model_fields import (
-    SEED_MAX,
     ConditioningField,
     ConditioningOutput,
-    LatentsField,
     LatentsOutput,
     ModelIdentifier,
     ModelInputField,
 )
 from invokeai.app.nodes.model_use import (
     TensorKind,
-    decode_latents,
     family_model,
     fitted_preview,
     latents_output,
@@ -50,6 +50,13 @@ LATENTS = TensorKind("latents", ("krea2_latents",), "krea2_denoise")
 MODEL_DESCRIPTION = "The Krea-2 model (a GGUF transformer gets this component from its paired Krea-2 pipeline)"
 
 
+class Krea2Node(FamilyNode):
+    __node_template__ = True
+    family = KREA2
+    latents_kind = LATENTS
+    generation = "invokeai.backend.families.krea2.generation"
+
+
 def _pipeline_settings(context: InvocationContext, record: ModelRecord) -> Krea2Settings:
     """The pipeline options in the model's model_index.json (the defaults where it has none)."""
     from invokeai.backend.families.krea2.generation import Krea2Settings
@@ -57,7 +64,7 @@ def _pipeline_settings(context: InvocationContext, record: ModelRecord) -> Krea2
     return Krea2Settings.from_model_index(context.models.pipeline_options(record))
 
 
-class Krea2TextEncoderInvocation(BaseInvocation):
+class Krea2TextEncoderInvocation(Krea2Node):
     """A prompt encoded by the model's Qwen3-VL text model: the hidden states of the layers the pipeline taps, for
     krea2_denoise's positive or negative conditioning."""
 
@@ -87,31 +94,20 @@ class Krea2TextEncoderInvocation(BaseInvocation):
         )
 
 
-class Krea2DenoiseInvocation(BaseInvocation):
+class Krea2DenoiseInvocation(Krea2Node, DenoiseInputs):
     """Latents denoised by the model's transformer with flow-matching Euler and the pipeline's dynamic shift."""
 
     type: Literal["krea2_denoise"] = "krea2_denoise"
-    model: ModelIdentifier = ModelInputField(description="The Krea-2 model or GGUF transformer")
     positive_conditioning: ConditioningField = InputField(description="What the image shows (krea2_text_encoder)")
     negative_conditioning: ConditioningField | None = InputField(
         default=None, description="What the image avoids (krea2_text_encoder); needed when guidance_scale > 0"
     )
-    width: int = InputField(default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The width, a multiple of 16")
-    height: int = InputField(
-        default=1024, ge=SIZE_MULTIPLE, le=MAX_DIMENSION, description="The height, a multiple of 16"
-    )
+    width: int = size_input(KREA2, "width", 1024)
+    height: int = size_input(KREA2, "height", 1024)
     steps: int = InputField(default=28, ge=1, le=1000, description="The number of denoising steps")
     guidance_scale: float = InputField(
         default=4.5, ge=0.0, le=100.0, description="Classifier-free guidance (Krea-2's convention); 0 turns it off"
     )
-    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
-
-    @field_validator("width", "height")
-    @classmethod
-    def _multiple_of_16(cls, value: int) -> int:
-        if value % SIZE_MULTIPLE:
-            raise ValueError(f"must be a multiple of {SIZE_MULTIPLE}, got {value}")
-        return value
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         from invokeai.backend.families.krea2 import generation as krea2
@@ -161,15 +157,7 @@ class Krea2DenoiseInvocation(BaseInvocation):
         return latents_output(context, LATENTS, latents, self.width, self.height)
 
 
-class Krea2VaeDecodeInvocation(BaseInvocation):
+class Krea2VaeDecodeInvocation(Krea2Node, VaeDecodeNode):
     """The image the model's Qwen-Image VAE decodes from latents."""
 
     type: Literal["krea2_vae_decode"] = "krea2_vae_decode"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
-    latents: LatentsField = InputField(description="The latents to decode (krea2_denoise)")
-
-    def invoke(self, context: InvocationContext) -> ImageOutput:
-        from invokeai.backend.families.krea2 import generation as krea2
-
-        source = provider(context, family_model(context, self.model, FAMILY), "vae")
-        return decode_latents(context, source, LATENTS, self.latents.latents_name, krea2.vae_decode)

@@ -21,6 +21,8 @@ __all__ = [
     "LatentsOutput",
     "ModelIdentifier",
     "ModelInputField",
+    "TransformerField",
+    "VAEField",
 ]
 
 SEED_MAX = 2**32 - 1  # InvokeAI's seed range, so seeds carry over from its clients
@@ -40,6 +42,29 @@ class LatentsField(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     latents_name: str = Field(description="The name of the latents tensor in the tensor store")
+
+
+class TransformerField(BaseModel):
+    """InvokeAI's handle on a model's transformer, as its model-loader nodes pass it to a denoise node: the model
+    that provides the component (a pipeline, or a lone transformer file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    transformer: ModelIdentifier = Field(description="The model whose transformer this is")
+    loras: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=0, description="InvokeAI's LoRAs; this server takes none yet (empty)"
+    )
+
+
+class VAEField(BaseModel):
+    """InvokeAI's handle on a VAE, as its model-loader nodes pass it to the decode and encode nodes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vae: ModelIdentifier = Field(description="The model whose VAE this is")
+    seamless_axes: list[str] = Field(
+        default_factory=list, max_length=0, description="InvokeAI's seamless tiling axes; this server tiles none yet"
+    )
 
 
 class ConditioningOutput(BaseInvocationOutput):

@@ -9,30 +9,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import field_validator
-
-from invokeai.app.nodes.base import BaseInvocation, ImageField, InputField, InvocationContext
-from invokeai.app.nodes.image import MAX_DIMENSION, ImageOutput
+from invokeai.app.nodes.base import InputField, InvocationContext
+from invokeai.app.nodes.family_nodes import (
+    FamilyNode,
+    ImageToImageInputs,
+    VaeDecodeNode,
+    VaeEncodeNode,
+    size_input,
+)
 from invokeai.app.nodes.model_fields import (
-    SEED_MAX,
     ConditioningField,
     ConditioningOutput,
-    LatentsField,
     LatentsOutput,
     ModelIdentifier,
     ModelInputField,
 )
 from invokeai.app.nodes.model_use import (
     TensorKind,
-    decode_latents,
-    encode_image,
     family_model,
     latents_output,
     start_latents,
     step_reporter,
 )
 from invokeai.backend.families.sd_schedulers import SDSchedulerName
-from invokeai.backend.families.sdxl.constants import FAMILY_NAME, LATENT_SCALE
+from invokeai.backend.families.sdxl.constants import FAMILY_NAME
 from invokeai.backend.families.sdxl.descriptor import FAMILY as SDXL
 
 if TYPE_CHECKING:
@@ -47,7 +47,14 @@ LATENTS = TensorKind("latents", ("sdxl_latents",), "sdxl_denoise or sdxl_vae_enc
 MODEL_DESCRIPTION = "The SDXL model"
 
 
-class SDXLTextEncoderInvocation(BaseInvocation):
+class SDXLNode(FamilyNode):
+    __node_template__ = True
+    family = SDXL
+    latents_kind = LATENTS
+    generation = "invokeai.backend.families.sdxl.generation"
+
+
+class SDXLTextEncoderInvocation(SDXLNode):
     """A prompt encoded by both of the model's CLIP text encoders (penultimate hidden states side by side, and the
     second encoder's pooled projection), for sdxl_denoise's positive or negative conditioning."""
 
@@ -79,12 +86,11 @@ def _encode(context: InvocationContext, record: ModelRecord, prompt: str, prompt
         return generation.join(first, second, text_encoder_2.dtype, device)
 
 
-class SDXLDenoiseInvocation(BaseInvocation):
+class SDXLDenoiseInvocation(SDXLNode, ImageToImageInputs):
     """Latents denoised by the model's UNet: from noise (text-to-image), or from `latents` (image-to-image), starting
     `denoising_strength` of the way into the schedule. Reports every step with a small preview."""
 
     type: Literal["sdxl_denoise"] = "sdxl_denoise"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
     positive_conditioning: ConditioningField = InputField(description="What the image shows (sdxl_text_encoder)")
     negative_conditioning: ConditioningField | None = InputField(
         default=None,
@@ -92,25 +98,11 @@ class SDXLDenoiseInvocation(BaseInvocation):
         "StableDiffusionXLPipeline uses without a negative prompt (zero conditioning, or the empty prompt's where the "
         "model's force_zeros_for_empty_prompt is false)",
     )
-    latents: LatentsField | None = InputField(
-        default=None, description="Latents to start from (sdxl_vae_encode), for image-to-image; their size must match"
-    )
-    denoising_strength: float = InputField(
-        default=1.0, ge=0.0, le=1.0, description="With latents: how much of the schedule to run (1: all of it)"
-    )
-    width: int = InputField(default=1024, ge=LATENT_SCALE, le=MAX_DIMENSION, description="The width, a multiple of 8")
-    height: int = InputField(default=1024, ge=LATENT_SCALE, le=MAX_DIMENSION, description="The height, a multiple of 8")
+    width: int = size_input(SDXL, "width", 1024)
+    height: int = size_input(SDXL, "height", 1024)
     steps: int = InputField(default=30, ge=1, le=1000, description="The number of denoising steps")
     cfg_scale: float = InputField(default=5.0, ge=1.0, le=100.0, description="Classifier-free guidance; 1 turns it off")
     scheduler: SDSchedulerName = InputField(default="euler", description="The sampler (docs/api.md, Schedulers)")
-    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
-
-    @field_validator("width", "height")
-    @classmethod
-    def _multiple_of_8(cls, value: int) -> int:
-        if value % LATENT_SCALE:
-            raise ValueError(f"must be a multiple of {LATENT_SCALE}, got {value}")
-        return value
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         from invokeai.backend.families.sdxl import generation
@@ -155,31 +147,14 @@ class SDXLDenoiseInvocation(BaseInvocation):
         return latents_output(context, LATENTS, latents, self.width, self.height)
 
 
-class SDXLVaeDecodeInvocation(BaseInvocation):
+class SDXLVaeDecodeInvocation(SDXLNode, VaeDecodeNode):
     """The image the model's VAE decodes from latents (in fp32 for an fp16 VAE whose config says force_upcast)."""
 
     type: Literal["sdxl_vae_decode"] = "sdxl_vae_decode"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
-    latents: LatentsField = InputField(description="The latents to decode (sdxl_denoise)")
-
-    def invoke(self, context: InvocationContext) -> ImageOutput:
-        from invokeai.backend.families.sdxl import generation
-
-        record = family_model(context, self.model, FAMILY)
-        return decode_latents(context, record, LATENTS, self.latents.latents_name, generation.vae_decode)
 
 
-class SDXLVaeEncodeInvocation(BaseInvocation):
+class SDXLVaeEncodeInvocation(SDXLNode, VaeEncodeNode):
     """Latents of an image, sampled from the model's VAE posterior, for image-to-image with sdxl_denoise. Give
     sdxl_denoise the same seed to get the image StableDiffusionXLImg2ImgPipeline makes with that seed."""
 
     type: Literal["sdxl_vae_encode"] = "sdxl_vae_encode"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
-    image: ImageField = InputField(description="The image; its sides must be multiples of 8")
-    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the posterior sample")
-
-    def invoke(self, context: InvocationContext) -> LatentsOutput:
-        from invokeai.backend.families.sdxl import generation
-
-        record = family_model(context, self.model, FAMILY)
-        return encode_image(context, record, LATENTS, self.image, self.seed, generation.vae_encode)

@@ -80,7 +80,7 @@ class AttentionStats:
     cudnn_demoted: bool
     """Whether a cuDNN failure demoted cuDNN behind math for the rest of the process."""
     window: str | None
-    """The benchmarking window open now (INVOKE_KREA2_SDPA_BACKEND's mode), or null."""
+    """The benchmarking window open now (the mode of the environment variable that opened it), or null."""
     probe: KernelProbe | None
     """The startup probe's answer on CUDA and XPU; null on the CPU and MPS."""
     unavailable: list[str]

@@ -1,7 +1,7 @@
 """Model families: one folder per family (its descriptor, configs, generation, estimators, runs, demo builder)
 and the registry that the generic code (probe, loaders, records, demo install, estimators, nodes) iterates."""
 
-from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule
+from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule, GraphFacts
 from invokeai.backend.families.registry import (
     FAMILIES,
     config_variant,
@@ -17,6 +17,7 @@ __all__ = [
     "DemoModel",
     "Family",
     "FileRule",
+    "GraphFacts",
     "config_variant",
     "family_for_pipeline",
     "family_names",

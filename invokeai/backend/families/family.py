@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -80,6 +80,37 @@ class DemoModel:
 
 
 @dataclass(frozen=True)
+class GraphFacts:
+    """How a client (the web UI, GET /api/v1/app/families) builds this family's text-to-image and image-to-image
+    graph from its node types: prompt -> text encoder -> denoise -> decode, and image -> encode -> denoise.
+
+    Without a `loader`, every node names the model itself in its `model` input. With one (InvokeAI's
+    `<family>_model_loader` style), only the loader names it, and `loader_links` says which loader output feeds
+    which input of each node (by role: text_encoder, denoise, decode, encode). `negative` says when a negative
+    prompt's encoder is wired in: always (unless guidance is at `guidance_off`), only when one is given, or never.
+    `strength_field` is the denoise input of image-to-image: `denoising_strength` (how much of the schedule runs) or
+    InvokeAI's `denoising_start` (where in the schedule it starts: 1 - strength).
+    """
+
+    text_encoder: str
+    denoise: str
+    decode: str
+    encode: str | None = None
+    loader: str | None = None
+    loader_links: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    conditioning_field: str = "positive_conditioning"
+    negative: Literal["always", "when_given", "never"] = "always"
+    second_prompt_label: str | None = None
+    guidance_field: str = "cfg_scale"
+    guidance_label: str = "CFG scale"
+    guidance_off: float = 1.0
+    strength_field: Literal["denoising_strength", "denoising_start"] = "denoising_strength"
+
+    def node_types(self) -> tuple[str, ...]:
+        return tuple(t for t in (self.loader, self.text_encoder, self.denoise, self.decode, self.encode) if t)
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family.
 
@@ -89,7 +120,10 @@ class Family:
     component -> parsed config.json, scheduler -> scheduler_config.json, and "model_index" -> the folder's
     `pipeline_options`); empty means it runs.
     `make_scheduler(name, base_config)` builds one of `scheduler_names` on the model's own noise schedule.
-    `node_module` is the dotted name of the module holding the family's nodes (imported by the app, never here).
+    `node_module` is the dotted name of the module holding the family's nodes (imported by the app, never here);
+    `graph` how clients wire them into a generation graph. `lookalikes` are single files that look like the
+    family's but that it does not run: (what the file is, tensor-name prefixes that tell it), so that the probe's
+    refusal says what a file looks like rather than only that no rule fits it.
 
     What the stock pipeline does to a model's configs, the server does through two declarations (docs/api.md,
     Pipeline flags and config rewrites): `config_rewrites` maps a component to the function that rewrites its loaded
@@ -110,10 +144,12 @@ class Family:
     scheduler_names: tuple[str, ...]
     make_scheduler: Callable[[str, Mapping[str, Any]], Any]
     node_module: str
+    graph: GraphFacts
     config_variants: tuple[ConfigVariant, ...] = ()
     files: tuple[FileRule, ...] = ()
     demos: tuple[DemoModel, ...] = ()
     folder_check: Callable[[Mapping[str, dict[str, Any]]], list[str]] | None = None
+    lookalikes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Components read from the folder's configs for folder_check (scheduler_config.json for the scheduler).
     checked_configs: tuple[str, ...] = field(default=())
     config_rewrites: Mapping[str, ConfigRewrite] = field(default_factory=dict)

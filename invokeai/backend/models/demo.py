@@ -3,7 +3,8 @@
 Each family declares its demo models (`Family.demos`): the real diffusers/transformers architecture with a small
 config and seeded random weights; the images are noise-like, but every code path of a real model of the family
 runs. Builds are deterministic (same bytes every time) and atomic: everything is built in a hidden folder next to
-the destination and renamed into place, so a crash leaves no half-built model under a model's name.
+the destination and renamed into place, so a crash leaves no half-built model under a model's name. This module
+reads the registry: no family imports it (their builders seed with `invokeai.backend.models.demo_weights`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from invokeai.backend.families.family import DemoModel, Family
+from invokeai.backend.families.registry import FAMILIES
 
 _BUILD_PREFIX = ".demo-build-"
-
-SEED = 20240601
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,7 @@ class BuiltDemo:
     path: Path
 
 
-def seeded() -> None:
-    """Every component starts from the same generator state, so its weights do not depend on build order."""
-    torch.manual_seed(SEED)
-
-
-def _demos() -> dict:
-    from invokeai.backend.families import FAMILIES
-
+def _demos() -> dict[str, tuple[Family, DemoModel]]:
     return {demo.name: (family, demo) for family in FAMILIES for demo in family.demos}
 
 
@@ -50,7 +43,7 @@ def demo_target(dest: Path, name: str) -> Path:
     return Path(dest) / _known(name)[1].filename
 
 
-def _known(name: str):
+def _known(name: str) -> tuple[Family, DemoModel]:
     try:
         return _demos()[name]
     except KeyError:

@@ -141,7 +141,7 @@ def _probe_single_file(path: Path, size: int, container: str, tensors: dict, abo
             f"{path.name}: a {rule.what} is supported as {_CONTAINERS[rule.container]} only, "
             f"not {_CONTAINERS[container]}"
         )
-    looks_like = unsupported_layout(tensors)
+    looks_like = unsupported_layout(tensors, [layout for family in FAMILIES for layout in family.lookalikes])
     if looks_like is not None:
         raise UnsupportedModelError(f"{path.name}: this looks like {looks_like}, which is not supported yet")
     kinds = [rule.what for _, rule in rules if rule.container == container]

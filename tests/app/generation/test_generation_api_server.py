@@ -18,6 +18,8 @@ from httpx_sse import connect_sse
 from PIL import Image
 from server_support import FINISHED, QUEUE, enqueue, example, item_of
 
+from invokeai.backend.families.registry import FAMILIES
+
 EXAMPLES = ("sd_text_to_image", "sd_image_to_image", "krea2_text_to_image", "krea2_gguf_text_to_image")
 # Every node type that runs attention in the examples: text encoders, denoisers, VAE coders.
 ATTENDING_NODES = (
@@ -55,11 +57,8 @@ def test_each_example_runs_as_it_is_and_makes_an_image_of_the_requested_size(
     client: httpx.Client, example_runs: dict[str, Any], name: str
 ) -> None:
     nodes = example(name)["batch"]["graph"]["nodes"]
-    assert {node["model"]["name"] for node in nodes.values() if "model" in node} <= {
-        "demo-sd1",
-        "demo-krea2",
-        "demo-krea2-gguf",
-    }
+    demos = {demo.name for family in FAMILIES for demo in family.demos}
+    assert {node["model"]["name"] for node in nodes.values() if "model" in node} <= demos
     item, _ = example_runs[name]
     assert item["status"] == "completed", item.get("error_traceback")
     image = item["session"]["results"]["decode"]["image"]

@@ -17,8 +17,11 @@ from model_test_support import MODELS, models_dir_files
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import InvokeAIAppConfig
+from invokeai.backend.families.registry import FAMILIES
 
-DEMO_NAMES = ["demo-flux", "demo-flux-gguf", "demo-krea2", "demo-krea2-gguf", "demo-sd1", "demo-sdxl"]
+# Every registered family's demo models, as the server lists them (by name), and where each is installed.
+DEMO_NAMES = sorted(demo.name for family in FAMILIES for demo in family.demos)
+DEMO_PATHS = {f"{family.name}/{demo.filename}" for family in FAMILIES for demo in family.demos}
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] [\w.]+: ")
 
 
@@ -60,14 +63,7 @@ def test_first_start_installs_the_demo_models_and_a_restart_keeps_them(
     first = _serve_and_list(invokeai_web, root, free_port, env, log)
     assert [m["name"] for m in first] == DEMO_NAMES
     assert all("random-weight" in m["description"].lower() for m in first)
-    assert {Path(m["path"]).relative_to(root / "models").as_posix() for m in first} == {
-        "sd-1/demo-sd1",
-        "krea2/demo-krea2",
-        "krea2/demo-krea2-gguf.gguf",
-        "flux/demo-flux",
-        "flux/demo-flux-gguf.gguf",
-        "sdxl/demo-sdxl",
-    }
+    assert {Path(m["path"]).relative_to(root / "models").as_posix() for m in first} == DEMO_PATHS
     output = log.read_text()
     assert output.count(f"Installed {len(DEMO_NAMES)} demo models") == 1, output
     # The libraries' own stderr output (warnings, progress bars) goes through the server's log format.

@@ -13,6 +13,7 @@ from model_test_support import MODELS, install, models_dir_files
 
 from invokeai.app.services import model_install
 from invokeai.app.services.events import EventBase, ModelInstallCompleteEvent, ModelInstallProgressEvent
+from invokeai.backend.families.registry import FAMILIES
 
 KINDS = {
     # source name: (family, type, format, config_variant, installed file or folder name)
@@ -93,11 +94,16 @@ def test_patch_renames_and_describes(client: TestClient, built_models: dict[str,
 
 
 def test_list_filters_by_family_and_type(client: TestClient, built_models: dict[str, Path]) -> None:
-    for source in ("demo-sd1", "demo-krea2", "demo-krea2-gguf"):
-        install(client, built_models[source], inplace=True)
+    demos = [(family, demo) for family in FAMILIES for demo in family.demos]
+    for _, demo in demos:
+        assert install(client, built_models[demo.name], inplace=True).status_code == 201
     names = lambda query: [m["name"] for m in client.get(f"{MODELS}/?{query}").json()["models"]]  # noqa: E731
-    assert names("") == ["demo-krea2", "demo-krea2-gguf", "demo-sd1"]
-    assert names("family=krea2&type=main") == ["demo-krea2"]
+    assert names("") == sorted(demo.name for _, demo in demos)
+    for family in FAMILIES:
+        assert names(f"family={family.name}") == sorted(demo.name for demo in family.demos)
+        for kind in {demo.type for demo in family.demos}:
+            listed = sorted(demo.name for demo in family.demos if demo.type == kind)
+            assert names(f"family={family.name}&type={kind}") == listed
     assert client.get(f"{MODELS}/?family=sd-3").status_code == 422
 
 

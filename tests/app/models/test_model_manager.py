@@ -17,6 +17,7 @@ from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput
 from invokeai.app.services.container import Services
 from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord
+from invokeai.backend.families.registry import FAMILIES
 
 
 def services_of(client: TestClient) -> Services:
@@ -25,16 +26,17 @@ def services_of(client: TestClient) -> Services:
 
 @pytest.fixture
 def manager(client: TestClient, built_models: dict[str, Path]) -> ModelManager:
-    for name in ("demo-sd1", "demo-krea2", "demo-krea2-gguf"):
-        assert install(client, built_models[name], inplace=True).status_code == 201
+    # Every registered family's demo models (a family's companions are chosen among its own models only).
+    for demo in (demo for family in FAMILIES for demo in family.demos):
+        assert install(client, built_models[demo.name], inplace=True).status_code == 201
     return services_of(client).models
 
 
 def test_resolves_by_key_or_name_and_says_what_is_missing(manager: ModelManager) -> None:
     by_name = manager.resolve(ModelIdentifier(name="demo-sd1"))
     assert manager.resolve(ModelIdentifier(key=by_name.key)) == by_name
-    with pytest.raises(ModelNotFoundError, match="no model named 'demo-sdxl'"):
-        manager.resolve(ModelIdentifier(name="demo-sdxl"))
+    with pytest.raises(ModelNotFoundError, match="no model named 'demo-nothing'"):
+        manager.resolve(ModelIdentifier(name="demo-nothing"))
     with pytest.raises(ModelNotFoundError, match="no model with key 'k'"):
         manager.resolve(ModelIdentifier(key="k"))
 

@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from invokeai.backend.attention.testing import pristine_attention
+from invokeai.backend.families.registry import FAMILIES
+
+# Each family's first whole-pipeline demo model, by family: what the estimators are checked and cached against.
+PIPELINE_DEMOS = {family.name: next(demo for demo in family.demos if demo.type == "main") for family in FAMILIES}
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -27,7 +31,7 @@ def clean_attention() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """demo-sd1, demo-krea2, demo-flux and demo-sdxl, built once per session."""
+    """Each family's first whole-pipeline demo model (PIPELINE_DEMOS), built once per session."""
     from diffusers.utils import logging as diffusers_logging
     from transformers.utils import logging as transformers_logging
 
@@ -36,5 +40,5 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     diffusers_logging.disable_progress_bar()
     transformers_logging.disable_progress_bar()
     root = tmp_path_factory.mktemp("cache-demo-models")
-    build_demo_models(root, ("demo-sd1", "demo-krea2", "demo-flux", "demo-sdxl"))
+    build_demo_models(root, tuple(demo.name for demo in PIPELINE_DEMOS.values()))
     return root

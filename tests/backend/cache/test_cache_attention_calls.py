@@ -20,7 +20,8 @@ from invokeai.backend.families import FAMILIES
 RUNS = {(family.name, operation) for family in FAMILIES for operation in family.runs}
 
 CPU = torch.device("cpu")
-DEMO_FOLDERS = {"sd-1": "demo-sd1", "krea2": "demo-krea2", "flux": "demo-flux", "sdxl": "demo-sdxl"}
+# Each family's first whole-pipeline demo model (the one tests/backend/cache/conftest.py builds), by family.
+DEMO_FOLDERS = {family.name: next(demo for demo in family.demos if demo.type == "main").filename for family in FAMILIES}
 
 # (family, component) -> facts to check; sizes give odd latent sides (72x56 -> 9x7 -> 5x4).
 FACTS: dict[tuple[str, str], list[dict[str, Any]]] = {

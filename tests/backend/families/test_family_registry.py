@@ -1,5 +1,8 @@
 """The family registry holds: every descriptor is consistent with itself, and the generic modules name no family
-(they iterate the registry), so a new family is its folder, its node module and one line in registry.py."""
+(they iterate the registry), so a new family is its folder, its node module and one line in registry.py.
+
+Generic is every module under invokeai/ but a family's own (its folder under invokeai/backend/families/, its node
+module) and the few in NAMES_FAMILIES, each with its reason."""
 
 from __future__ import annotations
 
@@ -13,17 +16,27 @@ import pytest
 from invokeai.backend.families import FAMILIES, Family, config_variant, family_for_pipeline, get_family
 
 REPO = Path(__file__).resolve().parents[3]
-# Generic code: what probes, loads, records, installs, estimates, caches and runs models for every family.
-GENERIC = [
-    *sorted((REPO / "invokeai/backend/models").rglob("*.py")),
-    *sorted((REPO / "invokeai/backend/cache").rglob("*.py")),
-    *sorted((REPO / "invokeai/backend/generation").rglob("*.py")),
-    *sorted((REPO / "invokeai/app/services").rglob("*.py")),
-    REPO / "invokeai/app/nodes/__init__.py",
-    REPO / "invokeai/app/nodes/model_use.py",
-    REPO / "invokeai/app/nodes/model_fields.py",
-    REPO / "invokeai/backend/families/family.py",
-]
+FAMILY_DIRS = sorted(path.parent for path in (REPO / "invokeai/backend/families").glob("*/descriptor.py"))
+# Modules outside the family folders that must name families, each with why.
+NAMES_FAMILIES = {
+    "invokeai/backend/families/registry.py": "the registry: it imports each family's descriptor, one line a family",
+    "invokeai/app/api/routers/models.py": "pending: the install source's description names formats by family "
+    "(app/api is the lead's to edit; it should point at GET /api/v1/app/families)",
+}
+
+
+def node_module_path(family: Family) -> Path:
+    return REPO / (family.node_module.replace(".", "/") + ".py")
+
+
+def generic_modules() -> list[Path]:
+    """Every module of the package but a family's own: its folder, its node module, and the allow-list."""
+    own = {node_module_path(family) for family in FAMILIES} | {REPO / path for path in NAMES_FAMILIES}
+    return [
+        path
+        for path in sorted((REPO / "invokeai").rglob("*.py"))
+        if path not in own and not any(folder in path.parents for folder in FAMILY_DIRS)
+    ]
 
 
 def _family_words() -> re.Pattern[str]:
@@ -73,9 +86,30 @@ def mentions(path: Path, pattern: re.Pattern[str]) -> list[str]:
 
 def test_generic_modules_name_no_family() -> None:
     pattern = _family_words()
-    assert len(GENERIC) > 30
-    hits = [hit for path in GENERIC for hit in mentions(path, pattern)]
+    hits = [hit for path in generic_modules() for hit in mentions(path, pattern)]
     assert hits == []
+
+
+def test_the_scan_covers_the_generic_code() -> None:
+    scanned = {path.relative_to(REPO).as_posix() for path in generic_modules()}
+    assert len(scanned) > 100
+    for module in (
+        "invokeai/backend/models/probe.py",
+        "invokeai/backend/cache/working_memory.py",
+        "invokeai/app/config/settings.py",
+        "invokeai/app/nodes/__init__.py",
+        "invokeai/backend/families/family.py",
+        "invokeai/backend/families/unsupported.py",
+    ):
+        assert module in scanned
+    for family in FAMILIES:
+        assert node_module_path(family).relative_to(REPO).as_posix() not in scanned
+    assert not any(
+        path.startswith(f"invokeai/backend/families/{folder.name}/") for folder in FAMILY_DIRS for path in scanned
+    )
+    # The allow-list names files that exist, each with a reason.
+    for path, reason in NAMES_FAMILIES.items():
+        assert (REPO / path).is_file() and reason
 
 
 def test_the_scan_finds_a_family_name_where_one_is_written(tmp_path: Path) -> None:
@@ -127,3 +161,45 @@ def test_an_unknown_family_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(KeyError, match="no model family 'sd-3'; known: " + ", ".join(f.name for f in FAMILIES)):
         get_family("sd-3")
     assert family_for_pipeline("StableDiffusion3Pipeline") is None
+
+
+# Tests that may still hold a fixed list of demo names, each with why.
+LISTS_DEMOS = {
+    "tests/app/ui/test_ui_flows.py": "pending: tests/app/ui is being edited by the UI's engineer",
+}
+
+
+def demo_name_lists(path: Path) -> list[tuple[int, list[str]]]:
+    """(line, names) of each list, tuple and set literal holding three or more demo model names (`demo-*`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            names = [
+                element.value
+                for element in node.elts
+                if isinstance(element, ast.Constant) and isinstance(element.value, str)
+                if element.value.startswith("demo-")
+            ]
+            if len(names) >= 3:
+                found.append((node.lineno, names))
+    return found
+
+
+def test_no_test_holds_a_fixed_list_of_demo_names() -> None:
+    # Tests iterate FAMILIES and family.demos, so a new family's demo models are tested without editing them.
+    assert all((REPO / path).is_file() and reason for path, reason in LISTS_DEMOS.items())
+    hits = [
+        f"{path.relative_to(REPO)}:{line} {names}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if path.relative_to(REPO).as_posix() not in LISTS_DEMOS
+        for line, names in demo_name_lists(path)
+    ]
+    assert hits == []
+
+
+def test_the_demo_list_check_can_fail(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'A = ["demo-a", "demo-b", "demo-c"]\nB = ("demo-a", "demo-b")\nC = {"demo-a", "x", "demo-b", "demo-c"}\n'
+    )
+    assert [line for line, _ in demo_name_lists(sample)] == [1, 3]

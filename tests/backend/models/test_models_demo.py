@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 from models_testlib import DemoBuild
 
+from invokeai.backend.families.family import DemoModel, Family
+from invokeai.backend.families.registry import FAMILIES
 from invokeai.backend.models import demo
 from invokeai.backend.models.probe import probe_model
+
+DEMOS = [(family, model) for family in FAMILIES for model in family.demos]
 
 
 def _hashes(root: Path) -> dict[str, str]:
@@ -30,18 +34,15 @@ def test_build_is_deterministic_and_fast(demo_build: DemoBuild, tmp_path: Path) 
     assert any(name.endswith(".safetensors") for name in first)
     # Seconds even on a busy 2-core machine (the first build includes importing the model classes).
     assert demo_build.seconds < 30 and again < 30
-    assert [m.name for m in models] == [
-        "demo-sd1",
-        "demo-krea2",
-        "demo-krea2-gguf",
-        "demo-flux",
-        "demo-flux-gguf",
-        "demo-sdxl",
-    ]
-    # Each says of itself what probing its files says.
-    for model in models:
-        probe = probe_model(model.path)
-        assert (probe.family, probe.type, probe.format) == (model.family, model.type, model.format)
+    # Every registered family's demo models, in the registry's order.
+    assert [(m.name, m.family) for m in models] == [(model.name, family.name) for family, model in DEMOS]
+
+
+@pytest.mark.parametrize(("family", "model"), DEMOS, ids=[model.name for _, model in DEMOS])
+def test_a_demo_is_what_probing_its_files_says(demo_build: DemoBuild, family: Family, model: DemoModel) -> None:
+    probe = probe_model(demo_build.root / model.filename)
+    assert (probe.family, probe.type, probe.format) == (family.name, model.type, model.format)
+    assert "random-weight" in model.description.lower()
 
 
 def test_demo_models_are_described(demo_build: DemoBuild, tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_failed_build_leaves_no_model(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(demo, "_build_one", flaky)
     with pytest.raises(RuntimeError, match="killed"):
         demo.build_demo_models(tmp_path)
-    assert calls == ["demo-sd1", "demo-krea2"]
+    assert calls == [model.name for _, model in DEMOS[:2]]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -8,6 +8,7 @@ export type QueueItem = Schemas["SessionQueueItem"];
 export type QueueStatus = Schemas["QueueAndProcessorStatus"];
 export type AttentionStats = Schemas["AttentionStats"];
 export type DevicesInfo = Schemas["DevicesInfo"];
+export type FamilyInfo = Schemas["FamilyInfo"];
 export type Graph = Schemas["Graph"];
 export type Batch = Schemas["Batch"];
 

@@ -79,6 +79,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/app/families": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Families
+         * @description The model families this server runs, in the registry's order, with what a client needs to build their
+         *     generation graphs (docs/families.md).
+         */
+        get: operations["app_families"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/queue/{queue_id}/enqueue_batch": {
         parameters: {
             query?: never;
@@ -611,7 +632,7 @@ export interface components {
             cudnn_demoted: boolean;
             /**
              * Window
-             * @description The benchmarking window open now (INVOKE_KREA2_SDPA_BACKEND's mode), or null.
+             * @description The benchmarking window open now (the mode of the environment variable that opened it), or null.
              */
             window: string | null;
             /** @description The startup probe's answer on CUDA and XPU; null on the CPU and MPS. */
@@ -979,6 +1000,128 @@ export interface components {
              */
             item_ids: number[];
         };
+        /** FamilyDefaults */
+        FamilyDefaults: {
+            /** Width */
+            width: number;
+            /** Height */
+            height: number;
+            /** Steps */
+            steps: number;
+            /** Guidance */
+            guidance: number;
+        };
+        /** FamilyGuidance */
+        FamilyGuidance: {
+            /**
+             * Field
+             * @description The denoise node's guidance input.
+             */
+            field: string;
+            /**
+             * Label
+             * @description What to call it.
+             */
+            label: string;
+            /**
+             * Off
+             * @description The value at which guidance is off (and no negative prompt is used).
+             */
+            off: number;
+        };
+        /**
+         * FamilyInfo
+         * @description What a client needs to build one family's generation graphs; every value comes from the family's descriptor
+         *     and its nodes' schemas.
+         */
+        FamilyInfo: {
+            /**
+             * Name
+             * @description The family, as model records name it (`family`).
+             */
+            name: string;
+            /**
+             * Label
+             * @description The family's name for people.
+             */
+            label: string;
+            nodes: components["schemas"]["FamilyNodes"];
+            /**
+             * Loader Links
+             * @description With a loader: per node role (text_encoder, denoise, decode, encode), the loader outputs that feed it.
+             */
+            loader_links: {
+                [key: string]: components["schemas"]["LoaderLink"][];
+            };
+            /**
+             * Conditioning Field
+             * @description The denoise input the prompt's conditioning goes to.
+             */
+            conditioning_field: string;
+            /**
+             * Negative
+             * @description When a negative prompt's encoder is wired in: always (unless guidance is off), only when a negative prompt is given, or never (the family takes none).
+             * @enum {string}
+             */
+            negative: "always" | "when_given" | "never";
+            /**
+             * Second Prompt Label
+             * @description The text encoder takes a second prompt (`prompt_2`) under this name; null: it takes none.
+             */
+            second_prompt_label: string | null;
+            guidance: components["schemas"]["FamilyGuidance"];
+            /**
+             * Size Multiple
+             * @description Width and height must be multiples of this.
+             */
+            size_multiple: number;
+            /** @description The denoise node's defaults. */
+            defaults: components["schemas"]["FamilyDefaults"];
+            /**
+             * Image To Image
+             * @description Whether the family's nodes run image-to-image.
+             */
+            image_to_image: boolean;
+            /**
+             * Strength Field
+             * @description The denoise input of image-to-image: denoising_strength (how much of the schedule runs) or denoising_start (where it starts: 1 - strength).
+             * @enum {string}
+             */
+            strength_field: "denoising_strength" | "denoising_start";
+            /**
+             * Demos
+             * @description The names of the family's demo models.
+             */
+            demos: string[];
+        };
+        /** FamilyNodes */
+        FamilyNodes: {
+            /**
+             * Text Encoder
+             * @description The node that encodes a prompt into conditioning.
+             */
+            text_encoder: string;
+            /**
+             * Denoise
+             * @description The node that denoises latents.
+             */
+            denoise: string;
+            /**
+             * Decode
+             * @description The node that decodes latents into an image.
+             */
+            decode: string;
+            /**
+             * Encode
+             * @description The node that encodes an image into latents (image-to-image); null: none.
+             */
+            encode: string | null;
+            /**
+             * Loader
+             * @description The model loader node whose outputs feed the other nodes; null: each node names the model itself in its `model` input.
+             */
+            loader: string | null;
+        };
         /**
          * FloatInvocation
          * @description A float value.
@@ -1055,11 +1198,15 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The FLUX.1 model, or a FLUX.1 transformer file; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description What the image shows (flux_text_encoder) */
-            conditioning?: components["schemas"]["ConditioningField"];
-            /** @description Latents to start from (flux_vae_encode), for image-to-image; their size must match */
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /** @description Latents to start from (the family's encode node), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
             /**
              * Denoising Strength
@@ -1067,6 +1214,8 @@ export interface components {
              * @default 1
              */
             denoising_strength: number;
+            /** @description What the image shows (flux_text_encoder) */
+            conditioning?: components["schemas"]["ConditioningField"];
             /**
              * Width
              * @description The width, a multiple of 16
@@ -1091,12 +1240,6 @@ export interface components {
              * @default 3.5
              */
             guidance: number;
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * FluxTextEncoderInvocation
@@ -1172,9 +1315,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (flux_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -1205,9 +1348,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The image; its sides must be multiples of 16 */
+            /** @description The image; its sides must be multiples of the family's size multiple */
             image?: components["schemas"]["ImageField"];
             /**
              * Seed
@@ -1684,8 +1827,14 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The Krea-2 model or GGUF transformer; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
             /** @description What the image shows (krea2_text_encoder) */
             positive_conditioning?: components["schemas"]["ConditioningField"];
             /** @description What the image avoids (krea2_text_encoder); needed when guidance_scale > 0 */
@@ -1714,12 +1863,6 @@ export interface components {
              * @default 4.5
              */
             guidance_scale: number;
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * Krea2TextEncoderInvocation
@@ -1785,9 +1928,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The Krea-2 model (a GGUF transformer gets this component from its paired Krea-2 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (krea2_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -1820,6 +1963,19 @@ export interface components {
              * @description The height in pixels of the image the latents decode to
              */
             height: number;
+        };
+        /** LoaderLink */
+        LoaderLink: {
+            /**
+             * Output
+             * @description The loader node's output field.
+             */
+            output: string;
+            /**
+             * Input
+             * @description The input field of the node it feeds.
+             */
+            input: string;
         };
         /**
          * ModelIdentifier
@@ -2352,13 +2508,15 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SD-1 model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description What the image shows (sd_text_encoder) */
-            positive_conditioning?: components["schemas"]["ConditioningField"];
-            /** @description What the image avoids (sd_text_encoder); needed when cfg_scale > 1 */
-            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
-            /** @description Latents to start from (sd_vae_encode), for image-to-image; their size must match */
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /** @description Latents to start from (the family's encode node), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
             /**
              * Denoising Strength
@@ -2366,6 +2524,10 @@ export interface components {
              * @default 1
              */
             denoising_strength: number;
+            /** @description What the image shows (sd_text_encoder) */
+            positive_conditioning?: components["schemas"]["ConditioningField"];
+            /** @description What the image avoids (sd_text_encoder); needed when cfg_scale > 1 */
+            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
             /**
              * Width
              * @description The width, a multiple of 8
@@ -2397,12 +2559,6 @@ export interface components {
              * @enum {string}
              */
             scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * SDTextEncoderInvocation
@@ -2467,9 +2623,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SD-1 model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (sd_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -2500,9 +2656,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SD-1 model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The image; its sides must be multiples of 8 */
+            /** @description The image; its sides must be multiples of the family's size multiple */
             image?: components["schemas"]["ImageField"];
             /**
              * Seed
@@ -2539,13 +2695,15 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SDXL model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description What the image shows (sdxl_text_encoder) */
-            positive_conditioning?: components["schemas"]["ConditioningField"];
-            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: what StableDiffusionXLPipeline uses without a negative prompt (zero conditioning, or the empty prompt's where the model's force_zeros_for_empty_prompt is false) */
-            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
-            /** @description Latents to start from (sdxl_vae_encode), for image-to-image; their size must match */
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /** @description Latents to start from (the family's encode node), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
             /**
              * Denoising Strength
@@ -2553,6 +2711,10 @@ export interface components {
              * @default 1
              */
             denoising_strength: number;
+            /** @description What the image shows (sdxl_text_encoder) */
+            positive_conditioning?: components["schemas"]["ConditioningField"];
+            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: what StableDiffusionXLPipeline uses without a negative prompt (zero conditioning, or the empty prompt's where the model's force_zeros_for_empty_prompt is false) */
+            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
             /**
              * Width
              * @description The width, a multiple of 8
@@ -2584,12 +2746,6 @@ export interface components {
              * @enum {string}
              */
             scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
-            /**
-             * Seed
-             * @description The seed of the noise
-             * @default 0
-             */
-            seed: number;
         };
         /**
          * SDXLTextEncoderInvocation
@@ -2660,9 +2816,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SDXL model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (sdxl_denoise) */
+            /** @description The latents to decode (the family's denoise node) */
             latents?: components["schemas"]["LatentsField"];
         };
         /**
@@ -2693,9 +2849,9 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The SDXL model; {"key": "..."} or {"name": "..."} of an installed model */
+            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
             model?: components["schemas"]["ModelIdentifier"];
-            /** @description The image; its sides must be multiples of 8 */
+            /** @description The image; its sides must be multiples of the family's size multiple */
             image?: components["schemas"]["ImageField"];
             /**
              * Seed
@@ -3037,6 +3193,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DevicesInfo"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    app_families: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FamilyInfo"][];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */

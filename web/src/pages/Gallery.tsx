@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api, authHeaders, call, getToken, imageUrl, type Graph, type ImageRecord } from "../api/client";
-import { settingsFromGraph, type GenerateSettings } from "../families";
+import { findDenoise, graphModel, settingsFromGraph, type GenerateSettings } from "../families";
 import { AuthImage, downloadImage } from "../AuthImage";
 import { pngTextChunks } from "../pngMetadata";
 import { getState, loadMoreImages, refreshImages, reportError, setState, useStore } from "../store";
@@ -38,11 +38,11 @@ function FullView(props: { image: ImageRecord; onClose: () => void }) {
     setMetaError(null);
     readMetadata(image.image_name).then(setMeta, (e) => setMetaError(String(e instanceof Error ? e.message : e)));
   }, [image.image_name]);
-  const models = useStore().models;
-  const settings = meta?.graph ? settingsFromGraph(meta.graph, models) : null;
-  const denoise = meta?.graph
-    ? (Object.values(meta.graph.nodes ?? {}).find((n) => String((n as { type: string }).type).endsWith("_denoise")) as Record<string, unknown> | undefined)
-    : undefined;
+  const { models, families } = useStore();
+  const settings = meta?.graph ? settingsFromGraph(meta.graph, models, families) : null;
+  const found = meta?.graph ? findDenoise(meta.graph, families) : null;
+  const denoise = found?.node;
+  const modelRef = meta?.graph && found ? graphModel(meta.graph, found) : undefined;
   const remove = async () => {
     if (!confirm(`Delete ${image.image_name}?`)) return;
     try {
@@ -89,10 +89,10 @@ function FullView(props: { image: ImageRecord; onClose: () => void }) {
                     <dd>{String(v)}</dd>
                   </>
                 ))}
-            {denoise && (
+            {modelRef && (
               <>
                 <dt>model</dt>
-                <dd>{(denoise.model as { name?: string; key?: string })?.name ?? (denoise.model as { key?: string })?.key}</dd>
+                <dd>{modelRef.name ?? modelRef.key}</dd>
               </>
             )}
           </dl>

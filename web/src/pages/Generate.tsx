@@ -1,7 +1,16 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { AuthImage } from "../AuthImage";
 import { api, call, QUEUE_ID, type ModelRecord } from "../api/client";
-import { buildBatch, denoiseSpec, FAMILIES, familyOf, supportsImageToImage, type GenerateSettings } from "../families";
+import {
+  buildBatch,
+  denoiseSpec,
+  familyOf,
+  schedulerChoices,
+  strengthLimits,
+  supportsImageToImage,
+  type Family,
+  type GenerateSettings,
+} from "../families";
 import { clampToSpec, type FieldSpec } from "../nodeSchemas";
 import { refreshImages, refreshQueue, reportError, setState, useStore } from "../store";
 import { ProgressPanel } from "./Progress";
@@ -69,44 +78,48 @@ function NumberField(props: {
   );
 }
 
-/** Whether a model can be picked: a main pipeline, or a lone transformer with a pipeline of its family beside it. */
-function usable(m: ModelRecord, models: ModelRecord[]): boolean {
-  return !!familyOf(m.family) && (m.type === "main" || models.some((x) => x.family === m.family && x.type === "main"));
+/**
+ * Whether a model can be picked: of a family the server lists, and a main pipeline or a lone transformer with a
+ * pipeline of its family beside it.
+ */
+function usable(m: ModelRecord, models: ModelRecord[], families: Family[] | null): boolean {
+  return !!familyOf(families, m.family) && (m.type === "main" || models.some((x) => x.family === m.family && x.type === "main"));
 }
 
 export function GeneratePage() {
   const s = useStore();
   const [form, setForm] = useState<GenerateSettings>(initial);
   const [busy, setBusy] = useState(false);
-  // In the families' order (SD-1 first), as the picker groups them; the API lists by name.
-  const models = FAMILIES.flatMap((f) => s.models.filter((m) => m.family === f.id && usable(m, s.models)));
+  const families = s.families;
+  // In the server's family order, as the picker groups them; the API lists the models by name.
+  const models = (families ?? []).flatMap((f) => s.models.filter((m) => m.family === f.name && usable(m, s.models, families)));
   const model = models.find((m) => m.key === form.model) ?? models[0];
-  const family = familyOf(model?.family);
+  const family = familyOf(families, model?.family);
   const specs = s.specs;
-  const spec = (field: string) => (family && specs ? denoiseSpec(family, specs, field) : undefined);
-  const i2i = !!(family && specs && supportsImageToImage(family, specs));
+  const spec = (field: string) => (family ? denoiseSpec(family, specs, field) : undefined);
+  const i2i = !!(family && supportsImageToImage(family));
+  const strength = family ? strengthLimits(family, specs) : { minimum: 0, maximum: 1 };
 
   const applyFamilyDefaults = (m: ModelRecord | undefined, f: GenerateSettings): GenerateSettings => {
-    const fam = familyOf(m?.family);
+    const fam = familyOf(families, m?.family);
     if (!fam || !specs) return f;
     const d = (field: string) => denoiseSpec(fam, specs, field);
-    const schedulers = d("scheduler")?.enum ?? [];
-    const guidanceDefault = d(fam.guidanceField)?.default;
+    const schedulers = schedulerChoices(fam, specs);
     return {
       ...f,
       model: m!.key,
       width: clampToSpec(f.width, d("width")),
       height: clampToSpec(f.height, d("height")),
-      guidance: typeof guidanceDefault === "number" ? guidanceDefault : f.guidance,
+      guidance: fam.defaults.guidance,
       scheduler: schedulers.includes(f.scheduler) ? f.scheduler : String(d("scheduler")?.default ?? schedulers[0] ?? ""),
-      sourceImage: supportsImageToImage(fam, specs) ? f.sourceImage : null,
+      sourceImage: supportsImageToImage(fam) ? f.sourceImage : null,
     };
   };
 
   // The first model, once the models and node schemas are known; the family's defaults come with it.
   useEffect(() => {
     if (!form.model && model && specs) setForm((f) => applyFamilyDefaults(model, f));
-  }, [model?.key, specs]);
+  }, [model?.key, specs, families]);
 
   // "Use these settings" from the gallery.
   useEffect(() => {
@@ -124,7 +137,9 @@ export function GeneratePage() {
 
   const invoke = async () => {
     if (!model || !family || !specs) {
-      reportError(models.length ? "the node schemas are still loading" : "no model is installed; install one under Models");
+      reportError(
+        !families ? "the model families are still loading" : models.length ? "the node schemas are still loading" : "no model is installed; install one under Models",
+      );
       return;
     }
     const n = clampToSpec(form.images, { kind: "integer", minimum: 1, maximum: MAX_IMAGES });
@@ -137,14 +152,14 @@ export function GeneratePage() {
       width: clampToSpec(form.width, spec("width")),
       height: clampToSpec(form.height, spec("height")),
       steps: clampToSpec(form.steps, spec("steps")),
-      guidance: clampToSpec(form.guidance, spec(family.guidanceField), false),
-      strength: clampToSpec(form.strength, spec("denoising_strength"), false),
+      guidance: clampToSpec(form.guidance, spec(family.guidance.field), false),
+      strength: clampToSpec(form.strength, { kind: "number", ...strength }, false),
       sourceImage: i2i ? form.sourceImage : null,
     };
     if (form.randomizeSeed) set("seed", first);
     setBusy(true);
     try {
-      const batch = buildBatch(family, model, s.models, settings, seeds);
+      const batch = buildBatch(family, specs, model, s.models, settings, seeds);
       const result = await call(
         api.POST("/api/v1/queue/{queue_id}/enqueue_batch", { params: { path: { queue_id: QUEUE_ID } }, body: { batch, prepend: false } }),
       );
@@ -174,10 +189,10 @@ export function GeneratePage() {
   const useSource = (name: string, width: number, height: number) =>
     setForm((f) => ({ ...f, sourceImage: name, width: clampToSpec(width, spec("width")), height: clampToSpec(height, spec("height")) }));
 
-  const schedulers = spec("scheduler")?.enum ?? [];
+  const schedulers = family ? schedulerChoices(family, specs) : [];
   const grouped = useMemo(
-    () => FAMILIES.map((f) => ({ family: f, models: models.filter((m) => m.family === f.id) })).filter((g) => g.models.length),
-    [models],
+    () => (families ?? []).map((f) => ({ family: f, models: models.filter((m) => m.family === f.name) })).filter((g) => g.models.length),
+    [models, families],
   );
   const source = form.sourceImage ? s.images.find((i) => i.image_name === form.sourceImage) : null;
   const negativeDisabled = family?.negative === "never";
@@ -202,9 +217,9 @@ export function GeneratePage() {
               setForm((f) => applyFamilyDefaults(m, { ...f, model: m?.key ?? "" }));
             }}
           >
-            {grouped.length === 0 && <option value="">no model installed</option>}
+            {grouped.length === 0 && <option value="">{families ? "no model installed" : "loading…"}</option>}
             {grouped.map((g) => (
-              <optgroup key={g.family.id} label={g.family.label}>
+              <optgroup key={g.family.name} label={g.family.label}>
                 {g.models.map((m) => (
                   <option key={m.key} value={m.key}>
                     {m.name}
@@ -233,9 +248,9 @@ export function GeneratePage() {
             }}
           />
         </div>
-        {family?.secondPrompt && (
+        {family && family.second_prompt_label !== null && (
           <div class="field">
-            <label for="gen-prompt2">{family.id === "flux" ? "T5 prompt (optional)" : "Second prompt (optional)"}</label>
+            <label for="gen-prompt2">{family.second_prompt_label} (optional)</label>
             <textarea id="gen-prompt2" rows={2} value={form.prompt2} onInput={(e) => set("prompt2", (e.target as HTMLTextAreaElement).value)} />
           </div>
         )}
@@ -256,9 +271,9 @@ export function GeneratePage() {
           <NumberField id="gen-steps" label="Steps" value={form.steps} spec={spec("steps")} onChange={(v) => set("steps", v)} />
           <NumberField
             id="gen-guidance"
-            label={family?.guidanceLabel ?? "Guidance"}
+            label={family?.guidance.label ?? "Guidance"}
             value={form.guidance}
-            spec={family ? spec(family.guidanceField) : undefined}
+            spec={family ? spec(family.guidance.field) : undefined}
             integer={false}
             step={0.5}
             onChange={(v) => set("guidance", v)}
@@ -327,8 +342,8 @@ export function GeneratePage() {
             <input
               id="gen-strength"
               type="range"
-              min={spec("denoising_strength")?.minimum ?? 0}
-              max={spec("denoising_strength")?.maximum ?? 1}
+              min={strength.minimum}
+              max={strength.maximum}
               step={0.01}
               value={form.strength}
               disabled={!form.sourceImage}

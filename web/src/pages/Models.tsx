@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import { api, call, type ModelRecord } from "../api/client";
 import { familyOf } from "../families";
 import { formatBytes } from "../format";
-import { refreshModels, reportError, useStore } from "../store";
+import { getState, refreshModels, reportError, useStore } from "../store";
 
 function ModelRow(props: { model: ModelRecord }) {
   const m = props.model;
@@ -44,7 +44,7 @@ function ModelRow(props: { model: ModelRecord }) {
           <span title={m.description ?? ""}>{m.name}</span>
         )}
       </td>
-      <td>{familyOf(m.family)?.label ?? m.family}</td>
+      <td>{familyOf(getState().families, m.family)?.label ?? m.family}</td>
       <td>{m.type}</td>
       <td>{m.format}</td>
       <td class="num">{formatBytes(m.size)}</td>
@@ -76,7 +76,7 @@ export function ModelsPage() {
       const body: { source: string; inplace: boolean; name?: string } = { source: source.trim(), inplace };
       if (name.trim()) body.name = name.trim();
       const record = await call(api.POST("/api/v2/models/install", { body }));
-      setResult({ ok: true, text: `Installed ${record.name} (${familyOf(record.family)?.label ?? record.family}).` });
+      setResult({ ok: true, text: `Installed ${record.name} (${familyOf(getState().families, record.family)?.label ?? record.family}).` });
       await refreshModels();
     } catch (e) {
       setResult({ ok: false, text: e instanceof Error ? e.message : String(e) });

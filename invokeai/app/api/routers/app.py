@@ -1,10 +1,11 @@
-"""/api/v1/app: facts about the running server (version, effective settings, attention kernels, workers)."""
+"""/api/v1/app: facts about the running server (version, effective settings, attention kernels, workers, the model
+families it runs)."""
 
 from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -12,9 +13,11 @@ from pydantic import BaseModel, Field
 from invokeai.app.api.dependencies import AppServices, Config
 from invokeai.app.api.json_body import ApiRoute
 from invokeai.app.config.describe import secret_settings, startup_only_settings
+from invokeai.app.nodes.base import invocation_class
 from invokeai.app.services.session_processor import WorkerInfo
 from invokeai.app.version import app_version
 from invokeai.backend.attention import AttentionStats, attention_stats
+from invokeai.backend.families import FAMILIES, Family
 
 router = APIRouter(prefix="/app", tags=["app"], route_class=ApiRoute)
 
@@ -71,3 +74,111 @@ def get_devices(services: AppServices) -> DevicesInfo:
     return DevicesInfo(
         server=ServerIdentity(host=socket.gethostname(), pid=os.getpid()), workers=services.processor.workers()
     )
+
+
+class FamilyNodes(BaseModel):
+    text_encoder: str = Field(description="The node that encodes a prompt into conditioning.")
+    denoise: str = Field(description="The node that denoises latents.")
+    decode: str = Field(description="The node that decodes latents into an image.")
+    encode: str | None = Field(description="The node that encodes an image into latents (image-to-image); null: none.")
+    loader: str | None = Field(
+        description="The model loader node whose outputs feed the other nodes; null: each node names the model "
+        "itself in its `model` input."
+    )
+
+
+class LoaderLink(BaseModel):
+    output: str = Field(description="The loader node's output field.")
+    input: str = Field(description="The input field of the node it feeds.")
+
+
+class FamilyGuidance(BaseModel):
+    field: str = Field(description="The denoise node's guidance input.")
+    label: str = Field(description="What to call it.")
+    off: float = Field(description="The value at which guidance is off (and no negative prompt is used).")
+
+
+class FamilyDefaults(BaseModel):
+    width: int
+    height: int
+    steps: int
+    guidance: float
+
+
+class FamilyInfo(BaseModel):
+    """What a client needs to build one family's generation graphs; every value comes from the family's descriptor
+    and its nodes' schemas."""
+
+    name: str = Field(description="The family, as model records name it (`family`).")
+    label: str = Field(description="The family's name for people.")
+    nodes: FamilyNodes
+    loader_links: dict[str, list[LoaderLink]] = Field(
+        description="With a loader: per node role (text_encoder, denoise, decode, encode), the loader outputs that "
+        "feed it."
+    )
+    conditioning_field: str = Field(description="The denoise input the prompt's conditioning goes to.")
+    negative: Literal["always", "when_given", "never"] = Field(
+        description="When a negative prompt's encoder is wired in: always (unless guidance is off), only when a "
+        "negative prompt is given, or never (the family takes none)."
+    )
+    second_prompt_label: str | None = Field(
+        description="The text encoder takes a second prompt (`prompt_2`) under this name; null: it takes none."
+    )
+    guidance: FamilyGuidance
+    size_multiple: int = Field(description="Width and height must be multiples of this.")
+    defaults: FamilyDefaults = Field(description="The denoise node's defaults.")
+    image_to_image: bool = Field(description="Whether the family's nodes run image-to-image.")
+    strength_field: Literal["denoising_strength", "denoising_start"] = Field(
+        description="The denoise input of image-to-image: denoising_strength (how much of the schedule runs) or "
+        "denoising_start (where it starts: 1 - strength)."
+    )
+    demos: list[str] = Field(description="The names of the family's demo models.")
+
+
+def _default(node_type: str, field: str) -> Any:
+    node = invocation_class(node_type)
+    info = node.model_fields.get(field) if node is not None else None
+    if info is None:
+        raise LookupError(f"node type {node_type!r} has no input {field!r}")
+    return info.default
+
+
+def family_info(family: Family) -> FamilyInfo:
+    graph = family.graph
+    denoise = invocation_class(graph.denoise)
+    return FamilyInfo(
+        name=family.name,
+        label=family.title,
+        nodes=FamilyNodes(
+            text_encoder=graph.text_encoder,
+            denoise=graph.denoise,
+            decode=graph.decode,
+            encode=graph.encode,
+            loader=graph.loader,
+        ),
+        loader_links={
+            role: [LoaderLink(output=out, input=into) for out, into in links]
+            for role, links in graph.loader_links.items()
+        },
+        conditioning_field=graph.conditioning_field,
+        negative=graph.negative,
+        second_prompt_label=graph.second_prompt_label,
+        guidance=FamilyGuidance(field=graph.guidance_field, label=graph.guidance_label, off=graph.guidance_off),
+        size_multiple=family.constants.size_multiple,
+        defaults=FamilyDefaults(
+            width=_default(graph.denoise, "width"),
+            height=_default(graph.denoise, "height"),
+            steps=_default(graph.denoise, "steps"),
+            guidance=_default(graph.denoise, graph.guidance_field),
+        ),
+        image_to_image=graph.encode is not None and denoise is not None and "latents" in denoise.model_fields,
+        strength_field=graph.strength_field,
+        demos=[demo.name for demo in family.demos],
+    )
+
+
+@router.get("/families", operation_id="app_families")
+def get_families() -> list[FamilyInfo]:
+    """The model families this server runs, in the registry's order, with what a client needs to build their
+    generation graphs (docs/families.md)."""
+    return [family_info(family) for family in FAMILIES]

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
+from invokeai.backend.models.demo_weights import seeded
 
-SEED = 20240601
 NAME = "demo-flux"
 GGUF_NAME = "demo-flux-gguf"
 
@@ -73,14 +72,10 @@ SCHEDULER = dict(
 )
 
 
-def _seeded() -> None:
-    torch.manual_seed(SEED)
-
-
 def build_transformer(**overrides: Any) -> Any:
     from diffusers import FluxTransformer2DModel
 
-    _seeded()
+    seeded()
     return FluxTransformer2DModel(**{**TRANSFORMER, **overrides}).eval()
 
 
@@ -111,11 +106,11 @@ def build_pipeline(**transformer_overrides: Any) -> Any:
         use_cache=False,
         **T5_TEXT,
     )
-    _seeded()
+    seeded()
     text_encoder = CLIPTextModel(clip_config).eval()
-    _seeded()
+    seeded()
     text_encoder_2 = T5EncoderModel(t5_config).eval()
-    _seeded()
+    seeded()
     vae = AutoencoderKL(**VAE).eval()
     return FluxPipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule
+from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule, GraphFacts
 from invokeai.backend.families.flux import constants as c
 from invokeai.backend.families.flux import estimators, layout, runs
 from invokeai.backend.models.config_variants import ConfigVariant
@@ -167,9 +167,28 @@ FAMILY = Family(
     scheduler_names=SCHEDULER_NAMES,
     make_scheduler=make_scheduler,
     node_module="invokeai.app.nodes.flux",
+    graph=GraphFacts(
+        text_encoder="flux_text_encoder",
+        denoise="flux_denoise",
+        decode="flux_vae_decode",
+        encode="flux_vae_encode",
+        conditioning_field="conditioning",
+        negative="never",
+        second_prompt_label="T5 prompt",
+        guidance_field="guidance",
+        guidance_label="Guidance",
+        guidance_off=0.0,
+    ),
     config_variants=CONFIG_VARIANTS,
     files=FILES,
     demos=DEMOS,
     folder_check=folder_check,
     checked_configs=("transformer", "vae", "scheduler"),
+    lookalikes=(
+        (
+            # The file rules want every marker of a whole transformer; a file with only some is not one this runs.
+            "a FLUX.1 transformer (double_blocks / single_blocks) without the tensors a whole one has",
+            ("double_blocks.", "model.diffusion_model.double_blocks."),
+        ),
+    ),
 )

@@ -2,13 +2,14 @@
 and encode.
 
 Attention calls follow the diffusers/transformers code paths, read off the component's config:
-- CLIPTextModel: one causal self-attention per layer over the 77-token prompt, no mask (SD-1's estimator).
+- CLIPTextModel: one causal self-attention per layer over the 77-token prompt, no mask
+  (`invokeai.backend.cache.clip_unet_vae`).
 - T5EncoderModel: one self-attention per layer over the padded prompt (`prompt_tokens`, FluxPipeline's
   max_sequence_length: 512 for dev, 256 for schnell), with the relative position bias (1, heads, L, L) passed to
   SDPA as an additive float mask; the pipeline passes no attention mask.
 - FluxTransformer2DModel: every double block and every single block makes one joint call over text + image tokens
   (T + N; N = (H/16) x (W/16)): 4096 + 512 tokens at 1024², 24 heads of 128. No mask.
-- AutoencoderKL: the mid block's single-head attention over the latent pixels (SD-1's walk: FLUX's VAE is the
+- AutoencoderKL: the mid block's single-head attention over the latent pixels (the AutoencoderKL walk: FLUX's VAE is the
   same AutoencoderKL with 16 latent channels and no quant convs, which the walk overcounts by a 1x1 conv's output).
 
 Activation terms (B: batch; item: element size; f32: 4 bytes for what runs in fp32; W: transformer width; S = T +
@@ -21,7 +22,7 @@ N; D, I: T5 width and feed-forward width; L: T5 tokens; h: T5 heads):
 - transformer: B x S x max(attention: both streams' residuals, norm output, q, k, v and their joint copy, fp32
   rotary temporaries for q and k, output; feed-forward: residual, norm output, the 4 W projection and its GELU,
   output) per token.
-- VAE decode and encode: SD-1's walk (invokeai/backend/families/sd1/estimators.py).
+- VAE decode and encode: the AutoencoderKL walk (invokeai/backend/cache/clip_unet_vae.py).
 The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU for demo-flux
 (peak live bytes, fp32, batches raised to 8 MiB): estimate / measured at 64 and 128 px was 1.12 (CLIP), 1.11 (T5),
 1.05-1.08 (transformer), 1.09 (decode) and 1.05 (encode). At real width the transformer was measured too
@@ -34,6 +35,7 @@ unverified there until the script is run on a GPU.
 
 from __future__ import annotations
 
+from invokeai.backend.cache import clip_unet_vae
 from invokeai.backend.cache.estimate import (
     AttentionCall,
     CallFacts,
@@ -43,7 +45,6 @@ from invokeai.backend.cache.estimate import (
     fp32_bytes,
 )
 from invokeai.backend.families.flux.constants import LATENT_SCALE, PATCH, T5_TOKENS_DEV
-from invokeai.backend.families.sd1 import estimators as sd1
 
 ACTIVATION_FACTOR = {
     "text_encoder_2": 1.08,
@@ -58,8 +59,8 @@ def _scaled(operation: str, structural_bytes: float) -> int:
 
 
 def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
-    """CLIP-L on the padded prompt: SD-1's CLIP estimator (the pooled output is read off the last hidden state)."""
-    return sd1.text_encoder(config, facts)
+    """CLIP-L on the padded prompt (the pooled output is read off the last hidden state)."""
+    return clip_unet_vae.clip_text_encoder(config, facts)
 
 
 def text_encoder_2(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
@@ -118,11 +119,11 @@ def _rescaled(memory: WorkingMemory, operation: str) -> WorkingMemory:
 
 
 def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
-    return _rescaled(sd1.vae_decode(config, facts), "vae_decode")
+    return _rescaled(clip_unet_vae.vae_decode(config, facts), "vae_decode")
 
 
 def vae_encode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
-    return _rescaled(sd1.vae_encode(config, facts), "vae_encode")
+    return _rescaled(clip_unet_vae.vae_encode(config, facts), "vae_encode")
 
 
 ESTIMATORS = {

@@ -7,36 +7,25 @@ calls the estimators list.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from invokeai.backend.cache.estimate import CallFacts, config_dict
+from invokeai.backend.cache.run_inputs import Run, randn, token_ids
 from invokeai.backend.families.flux.constants import CLIP_TOKENS, LATENT_SCALE, PATCH, T5_TOKENS_DEV
 from invokeai.backend.families.flux.generation import image_ids
-
-Run = Callable[[], Any]
-
-
-def _randn(generator: torch.Generator, facts: CallFacts, *shape: int) -> torch.Tensor:
-    # Drawn on the CPU (one generator for every device), then moved: the baseline holds only the final inputs.
-    return torch.randn(shape, generator=generator).to(facts.device, facts.dtype)
-
-
-def _token_ids(generator: torch.Generator, facts: CallFacts, vocab_size: int, length: int) -> torch.Tensor:
-    return torch.randint(0, vocab_size, (facts.batch, length), generator=generator).to(facts.device)
 
 
 def text_encoder(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
     c = config_dict(model.config)
-    ids = _token_ids(generator, facts, c["vocab_size"], facts.prompt_tokens or CLIP_TOKENS)
+    ids = token_ids(generator, facts, c["vocab_size"], facts.batch, facts.prompt_tokens or CLIP_TOKENS)
     return lambda: model(ids, output_hidden_states=False).pooler_output
 
 
 def text_encoder_2(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
     c = config_dict(model.config)
-    ids = _token_ids(generator, facts, c["vocab_size"], facts.prompt_tokens or T5_TOKENS_DEV)
+    ids = token_ids(generator, facts, c["vocab_size"], facts.batch, facts.prompt_tokens or T5_TOKENS_DEV)
     return lambda: model(ids, output_hidden_states=False)[0]
 
 
@@ -44,9 +33,9 @@ def transformer(model: Any, facts: CallFacts, generator: torch.Generator) -> Run
     c = config_dict(model.config)
     text = facts.prompt_tokens or T5_TOKENS_DEV
     grid_h, grid_w = facts.height // (LATENT_SCALE * PATCH), facts.width // (LATENT_SCALE * PATCH)
-    latents = _randn(generator, facts, facts.batch, grid_h * grid_w, c["in_channels"])
-    prompt = _randn(generator, facts, facts.batch, text, c["joint_attention_dim"])
-    pooled = _randn(generator, facts, facts.batch, c["pooled_projection_dim"])
+    latents = randn(generator, facts, facts.batch, grid_h * grid_w, c["in_channels"])
+    prompt = randn(generator, facts, facts.batch, text, c["joint_attention_dim"])
+    pooled = randn(generator, facts, facts.batch, c["pooled_projection_dim"])
     timestep = torch.full((facts.batch,), 0.5, device=facts.device, dtype=facts.dtype)
     guidance = torch.full((facts.batch,), 3.5, device=facts.device) if c.get("guidance_embeds") else None
     txt_ids = torch.zeros(text, 3, device=facts.device, dtype=facts.dtype)
@@ -66,13 +55,13 @@ def transformer(model: Any, facts: CallFacts, generator: torch.Generator) -> Run
 def vae_decode(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
     c = config_dict(model.config)
     h, w = facts.height // LATENT_SCALE, facts.width // LATENT_SCALE
-    latents = _randn(generator, facts, facts.batch, c["latent_channels"], h, w)
+    latents = randn(generator, facts, facts.batch, c["latent_channels"], h, w)
     return lambda: model.decode(latents)
 
 
 def vae_encode(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
     c = config_dict(model.config)
-    image = _randn(generator, facts, facts.batch, c["in_channels"], facts.height, facts.width)
+    image = randn(generator, facts, facts.batch, c["in_channels"], facts.height, facts.width)
     return lambda: model.encode(image)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from invokeai.backend.families.krea2.constants import NAME
-from invokeai.backend.models.demo import seeded
+from invokeai.backend.models.demo_weights import seeded
 
 KREA2_TRANSFORMER = dict(
     in_channels=64,

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
 from invokeai.backend.families.krea2 import demo, estimators, layout, runs, scheduler
 from invokeai.backend.families.krea2.constants import CONSTANTS, NAME
 from invokeai.backend.models.config_variants import ConfigVariant
@@ -37,6 +37,14 @@ FAMILY = Family(
     # The model_index.json options Krea2Pipeline registers and reads at call time (generation.Krea2Settings), with
     # its defaults (None: the Krea 2 text encoder taps); it rewrites no component config.
     pipeline_options={"text_encoder_select_layers": None, "is_distilled": False, "patch_size": 2},
+    graph=GraphFacts(
+        text_encoder="krea2_text_encoder",
+        denoise="krea2_denoise",
+        decode="krea2_vae_decode",
+        guidance_field="guidance_scale",
+        guidance_label="Guidance scale",
+        guidance_off=0.0,
+    ),
     config_variants=(
         ConfigVariant(
             "krea2",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from invokeai.backend.models.demo import seeded
+from invokeai.backend.models.demo_weights import seeded
 
 SD1_UNET = dict(
     sample_size=8,

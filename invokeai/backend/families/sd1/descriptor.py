@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
 from invokeai.backend.families.sd1 import demo, estimators, layout, legacy, load_checkpoint, runs
 from invokeai.backend.families.sd1.constants import CONSTANTS, NAME
 from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
@@ -26,6 +26,9 @@ FAMILY = Family(
     scheduler_names=SD_SCHEDULER_NAMES,
     make_scheduler=make_sd_scheduler,
     node_module="invokeai.app.nodes.sd1",
+    graph=GraphFacts(
+        text_encoder="sd_text_encoder", denoise="sd_denoise", decode="sd_vae_decode", encode="sd_vae_encode"
+    ),
     config_variants=(
         ConfigVariant(
             "sd-1",

@@ -1,5 +1,5 @@
 """One forward pass of each SD-1 operation, called the way StableDiffusionPipeline calls it (see
-`invokeai.backend.cache.component_runs`)."""
+`invokeai.backend.cache.run_inputs`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.cache.component_runs import Run, randn, token_ids
 from invokeai.backend.cache.estimate import CallFacts, config_dict
+from invokeai.backend.cache.run_inputs import Run, randn, token_ids
 from invokeai.backend.families.sd1.constants import CLIP_TOKENS, LATENT_SCALE
 
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
+from invokeai.backend.models.demo_weights import seeded
 
 NAME = "demo-sdxl"
 DESCRIPTION = (
     "Random-weight SDXL-style pipeline (two tiny CLIP encoders, text_time UNet, VAE) for exercising the pipeline; "
     "its images are noise."
 )
-SEED = 20240601
 
 TEXT = dict(
     hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=77
@@ -81,11 +80,6 @@ SCHEDULER = dict(
 TOKENIZER_2_PAD = "!"
 
 
-def _seeded() -> None:
-    # Every component starts from the same generator state, so its weights do not depend on build order.
-    torch.manual_seed(SEED)
-
-
 def build_tokenizers() -> tuple[Any, Any]:
     from invokeai.backend.models.tiny_tokenizers import build_clip_tokenizer
 
@@ -111,13 +105,13 @@ def build_pipeline() -> Any:
             **settings,
         )
 
-    _seeded()
+    seeded()
     text_encoder = CLIPTextModel(text_config(TEXT, tokenizer)).eval()
-    _seeded()
+    seeded()
     text_encoder_2 = CLIPTextModelWithProjection(text_config(TEXT_2, tokenizer_2)).eval()
-    _seeded()
+    seeded()
     unet = UNet2DConditionModel(**UNET).eval()
-    _seeded()
+    seeded()
     vae = AutoencoderKL(**VAE).eval()
     return StableDiffusionXLPipeline(
         vae=vae,

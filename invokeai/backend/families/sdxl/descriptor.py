@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
 from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
 from invokeai.backend.families.sdxl import demo, estimators, layout, load_checkpoint, runs
 from invokeai.backend.families.sdxl.constants import (
@@ -77,6 +77,15 @@ FAMILY = Family(
     scheduler_names=SD_SCHEDULER_NAMES,
     make_scheduler=make_sd_scheduler,
     node_module="invokeai.app.nodes.sdxl",
+    graph=GraphFacts(
+        text_encoder="sdxl_text_encoder",
+        denoise="sdxl_denoise",
+        decode="sdxl_vae_decode",
+        encode="sdxl_vae_encode",
+        # Without a negative prompt the pipeline guides against zeros (force_zeros_for_empty_prompt).
+        negative="when_given",
+        second_prompt_label="Second prompt (OpenCLIP ViT-bigG)",
+    ),
     config_variants=(
         # Named after the family, as the other families' full-size variants are.
         ConfigVariant(
@@ -115,4 +124,10 @@ FAMILY = Family(
     # The model_index.json flags StableDiffusionXLPipeline (force_zeros_for_empty_prompt) and its Img2Img pipeline
     # (both) read at call time, with their defaults; the pipelines rewrite no component config.
     pipeline_options={"force_zeros_for_empty_prompt": True, "requires_aesthetics_score": False},
+    lookalikes=(
+        (
+            "an SDXL refiner checkpoint (OpenCLIP-G as its only text encoder, under conditioner.embedders.0.model)",
+            ("conditioner.embedders.0.model.",),
+        ),
+    ),
 )

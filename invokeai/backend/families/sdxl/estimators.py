@@ -1,7 +1,7 @@
 """Working memory of SDXL components: both CLIP text encoders, the UNet (one denoise step), VAE decode/encode.
 
-SDXL's components are SD-1's kinds, so the SD-1 walks apply (invokeai SD-1 estimators, whose docstring gives each
-term); what differs is read off the configs:
+SDXL's components are the CLIP text encoders, UNet2DConditionModel and AutoencoderKL that
+`invokeai.backend.cache.clip_unet_vae` walks (its docstring gives each term); what differs is read off the configs:
 - Text encoders: the pipeline asks for every layer's hidden states (it conditions on the penultimate one), so all
   `num_hidden_layers + 1` of them stay alive beside the layer that runs; one causal self-attention per layer over
   the 77 padded tokens, no mask. CLIPTextModel (ViT-L) and CLIPTextModelWithProjection (bigG) alike, but bigG's
@@ -11,15 +11,16 @@ term); what differs is read off the configs:
   cross-attention over 77 tokens of the two encoders' concatenated states), no attention in the first level, the
   mid block's depth, linear proj_in/proj_out (their weights are counted as the 1x1 convolutions SD-1 has), and the
   text_time add embedding (a few kilobytes). Guidance doubles the batch.
-- VAE: the SD walk. An fp16 VAE whose config sets force_upcast decodes in fp32 (the pipeline upcasts it, and so does
-  `generation.vae_decode`); encoding upcasts any 16-bit VAE with force_upcast. Upcast calls are priced at fp32, plus
-  the fp32 copy of the weights the in-place upcast allocates (2 bytes more per parameter than the fp16 ones it
-  replaces, counted from the config).
+- VAE: the AutoencoderKL walk. An fp16 VAE whose config sets force_upcast decodes in fp32 (the pipeline upcasts
+  it, and so does `generation.vae_decode`); encoding upcasts any 16-bit VAE with force_upcast. Upcast calls are
+  priced at fp32, plus the fp32 copy of the weights the in-place upcast allocates (2 bytes more per parameter than
+  the fp16 ones it replaces, counted from the config).
 The factors scale the walks to what `scripts/calibrate_working_memory.py` measured on CPU for demo-sdxl (peak live
 bytes, fp32, 64-256 px, batches raised to 8 MiB) so the estimate lies between 1.0 and 1.3 times the measurement:
 text encoder 1.17, text_encoder_2 1.12-1.13, UNet 1.21-1.23, VAE decode 1.10-1.12, encode 1.09-1.11 (2-core
-Xeon with AVX-512 and AMX, torch 2.13.0). The VAE is SD-1's architecture and keeps SD-1's walk and factors, with
-5% more: with SD-1's factors alone the same demo VAE measured 1.02-1.07 from run to run, too close to 1.0.
+Xeon with AVX-512 and AMX, torch 2.13.0). The VAE is SD-1's architecture and keeps the walk's own factors
+(calibrated on SD-1's demo), with 5% more: with those alone the same demo VAE measured 1.02-1.07 from run to run,
+too close to 1.0.
 The same formulas at full size (`scripts/calibrate_working_memory.py --full-size sdxl`: the shipped configs/sdxl,
 random fp16 weights loaded in fp32; the demo models are too small to show the weight copies and GEMM buffers that
 count there), estimate / measured MiB:
@@ -44,8 +45,8 @@ from dataclasses import replace
 
 import torch
 
+from invokeai.backend.cache import clip_unet_vae
 from invokeai.backend.cache.estimate import AttentionCall, CallFacts, ConfigLike, WorkingMemory, config_dict
-from invokeai.backend.families.sd1 import estimators as sd1
 
 from .constants import CLIP_TOKENS, LATENT_SCALE
 
@@ -56,7 +57,7 @@ ACTIVATION_FACTOR = {
     "text_encoder_2": 1.1,
     "unet": 1.0,
 }
-# Multiplies SD-1's VAE walk, factor included (see the module docstring).
+# Multiplies the AutoencoderKL walk, its factor included (see the module docstring).
 VAE_MARGIN = {"vae_decode": 1.05, "vae_encode": 1.05}
 # fc1-output-sized tensors alive at the text encoder MLP's peak: quick_gelu (CLIP ViT-L) keeps fc1's output, its
 # scaled input, sigmoid and product; the exact GELU (OpenCLIP bigG) is one kernel beside fc1's output.
@@ -101,13 +102,7 @@ def text_encoder_2(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
 
 
 def unet(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
-    c = config_dict(config)
-    batch = facts.batch * (2 if facts.guidance else 1)
-    latent_h, latent_w = facts.height // LATENT_SCALE, facts.width // LATENT_SCALE
-    entry_bytes = ACTIVATION_FACTOR["unet"] * batch * facts.dtype.itemsize
-    activation = sd1._unet_peak_bytes(c, latent_h, latent_w, entry_bytes, sd1._weight_copy_bytes(facts))
-    calls = sd1.unet_attention_calls(c, facts, batch, facts.prompt_tokens or CLIP_TOKENS)
-    return WorkingMemory(activation, calls)
+    return clip_unet_vae.unet(config, facts, latent_scale=LATENT_SCALE, factor=ACTIVATION_FACTOR["unet"])
 
 
 # --- VAE ----------------------------------------------------------------------------------------------------
@@ -124,9 +119,9 @@ def _vae_parameters(config_json: str) -> int:
 
 
 def _priced(operation: str, c: dict, facts: CallFacts, upcasts: bool) -> WorkingMemory:
-    """SD-1's walk for `operation` as the call runs: in fp32 beside the fp32 weights an in-place upcast allocates,
-    when it upcasts."""
-    walk: Callable[[ConfigLike, CallFacts], WorkingMemory] = getattr(sd1, operation)
+    """The AutoencoderKL walk for `operation` as the call runs: in fp32 beside the fp32 weights an in-place upcast
+    allocates, when it upcasts."""
+    walk: Callable[[ConfigLike, CallFacts], WorkingMemory] = getattr(clip_unet_vae, operation)
     memory = walk(c, replace(facts, dtype=torch.float32) if upcasts else facts)
     activation = int(memory.activation_bytes * VAE_MARGIN[operation])
     if upcasts:

@@ -13,7 +13,6 @@ way, for demo and test files, and loading its output back with diffusers' `from_
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,15 @@ from typing import Any
 import torch
 
 from invokeai.backend.models.config_variants import ConfigVariant, Signature
+from invokeai.backend.models.original_sd_layout import (
+    UNET_RESNET_NAMES,
+    VAE_RESNET_NAMES,
+    load_component_weights,
+    rename_to_original,
+    save_checkpoint,
+    unet_key_map,
+    vae_key_map,
+)
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
@@ -156,15 +164,13 @@ def state_dicts_to_checkpoint(
     vae_config: dict[str, Any],
 ) -> dict[str, torch.Tensor]:
     """diffusers-named component state dicts -> one SGM-layout state dict (sorted by name)."""
-    from invokeai.backend.families.sd1.convert import _UNET_RESNET, _VAE_RESNET, _rename, unet_key_map, vae_key_map
-
-    # SD-1's UNet map follows the config's blocks; SDXL adds the text_time embedding, LDM's label_emb.
+    # The UNet map follows the config's blocks; SDXL adds the text_time embedding, LDM's label_emb.
     unet_map = unet_key_map(unet_config) | {
         "add_embedding.linear_1.": "label_emb.0.0.",
         "add_embedding.linear_2.": "label_emb.0.2.",
     }
-    tensors = _rename(unet, unet_map, UNET_PREFIX, _UNET_RESNET)
-    tensors |= _rename(vae, vae_key_map(vae_config), VAE_PREFIX, _VAE_RESNET)
+    tensors = rename_to_original(unet, unet_map, UNET_PREFIX, UNET_RESNET_NAMES)
+    tensors |= rename_to_original(vae, vae_key_map(vae_config), VAE_PREFIX, VAE_RESNET_NAMES)
     tensors |= {TEXT_PREFIX + key: value for key, value in _text_model_keys(text_encoder).items()}
     tensors |= {TEXT_2_PREFIX + key: value for key, value in open_clip_state_dict(text_encoder_2).items()}
     return dict(sorted(tensors.items()))
@@ -173,26 +179,19 @@ def state_dicts_to_checkpoint(
 def pipeline_to_checkpoint(pipeline_dir: Path, dest: Path, dtype: torch.dtype | None = None) -> Path:
     """Write `pipeline_dir` (an SDXL diffusers folder, safetensors weights) as one SGM-layout file at `dest`, in
     `dtype` (default: as stored; float16 gives the files people download); it appears complete or not at all."""
-    from safetensors.torch import save_file
-
-    from invokeai.backend.families.sd1.convert import _load_component
-
-    pipeline_dir, dest = Path(pipeline_dir), Path(dest)
+    pipeline_dir = Path(pipeline_dir)
 
     def config(component: str) -> dict[str, Any]:
         return json.loads((pipeline_dir / component / "config.json").read_text(encoding="utf-8"))
 
     tensors = state_dicts_to_checkpoint(
-        _load_component(pipeline_dir / "unet"),
-        _load_component(pipeline_dir / "vae"),
-        _load_component(pipeline_dir / "text_encoder"),
-        _load_component(pipeline_dir / "text_encoder_2"),
+        load_component_weights(pipeline_dir / "unet"),
+        load_component_weights(pipeline_dir / "vae"),
+        load_component_weights(pipeline_dir / "text_encoder"),
+        load_component_weights(pipeline_dir / "text_encoder_2"),
         config("unet"),
         config("vae"),
     )
     if dtype is not None:
         tensors = {key: value.to(dtype) if value.is_floating_point() else value for key, value in tensors.items()}
-    partial = dest.with_name(dest.name + ".partial")
-    save_file({key: value.contiguous() for key, value in tensors.items()}, str(partial), metadata={"format": "pt"})
-    os.replace(partial, dest)
-    return dest
+    return save_checkpoint(tensors, dest)

@@ -4,22 +4,16 @@ SDPA calls against the calls the estimators list."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from invokeai.backend.cache.estimate import CallFacts, config_dict
+from invokeai.backend.cache.run_inputs import Run, randn
 
 from .constants import CLIP_TOKENS, LATENT_SCALE
 
-Run = Callable[[], Any]
 TIME_IDS = 6  # original size, crop corner, target size
-
-
-def _randn(generator: torch.Generator, facts: CallFacts, *shape: int) -> torch.Tensor:
-    # Drawn on the CPU (one generator for every device), then moved: the baseline holds only the final inputs.
-    return torch.randn(shape, generator=generator).to(facts.device, facts.dtype)
 
 
 def _text(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
@@ -32,13 +26,11 @@ def _text(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
 def unet(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
     c = config_dict(model.config)
     batch = facts.batch * (2 if facts.guidance else 1)
-    sample = _randn(
-        generator, facts, batch, c["in_channels"], facts.height // LATENT_SCALE, facts.width // LATENT_SCALE
-    )
-    text = _randn(generator, facts, batch, facts.prompt_tokens or CLIP_TOKENS, c["cross_attention_dim"])
+    sample = randn(generator, facts, batch, c["in_channels"], facts.height // LATENT_SCALE, facts.width // LATENT_SCALE)
+    text = randn(generator, facts, batch, facts.prompt_tokens or CLIP_TOKENS, c["cross_attention_dim"])
     pooled_width = c["projection_class_embeddings_input_dim"] - TIME_IDS * c["addition_time_embed_dim"]
     added = {
-        "text_embeds": _randn(generator, facts, batch, pooled_width),
+        "text_embeds": randn(generator, facts, batch, pooled_width),
         "time_ids": torch.tensor([[facts.height, facts.width, 0, 0, facts.height, facts.width]] * batch).to(
             facts.device, facts.dtype
         ),
@@ -50,13 +42,13 @@ def unet(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
 def vae_decode(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
     c = config_dict(model.config)
     scale = 2 ** (len(c["block_out_channels"]) - 1)
-    latents = _randn(generator, facts, facts.batch, c["latent_channels"], facts.height // scale, facts.width // scale)
+    latents = randn(generator, facts, facts.batch, c["latent_channels"], facts.height // scale, facts.width // scale)
     return lambda: model.decode(latents)
 
 
 def vae_encode(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
     c = config_dict(model.config)
-    image = _randn(generator, facts, facts.batch, c["in_channels"], facts.height, facts.width)
+    image = randn(generator, facts, facts.batch, c["in_channels"], facts.height, facts.width)
     return lambda: model.encode(image)
 
 
