@@ -8,8 +8,6 @@ node; a graph may also name a different model per node.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from invokeai.app.nodes.base import InputField, InvocationContext
@@ -59,12 +57,11 @@ class Krea2Node(FamilyNode):
     generation = "invokeai.backend.families.krea2.generation"
 
 
-def _pipeline_settings(record: ModelRecord) -> Krea2Settings:
-    """The pipeline options in the model folder's model_index.json (the defaults where it has none)."""
+def _pipeline_settings(context: InvocationContext, record: ModelRecord) -> Krea2Settings:
+    """The pipeline options in the model's model_index.json (the defaults where it has none)."""
     from invokeai.backend.families.krea2.generation import Krea2Settings
 
-    index = Path(record.path) / "model_index.json"
-    return Krea2Settings.from_model_index(json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {})
+    return Krea2Settings.from_model_index(context.models.pipeline_options(record))
 
 
 class Krea2TextEncoderInvocation(Krea2Node):
@@ -89,7 +86,7 @@ class Krea2TextEncoderInvocation(Krea2Node):
                 tokenizer,
                 self.prompt,
                 context.models.device,
-                select_layers=_pipeline_settings(source).select_layers,
+                select_layers=_pipeline_settings(context, source).select_layers,
                 max_sequence_length=MAX_SEQUENCE_LENGTH,
             )
         return ConditioningOutput(
@@ -124,7 +121,7 @@ class Krea2DenoiseInvocation(Krea2Node, DenoiseInputs):
                 raise ValueError('guidance_scale > 0 needs negative_conditioning (encode the negative prompt, or "")')
             negative_embeds, negative_mask = CONDITIONING.load(context, self.negative_conditioning.conditioning_name)
         pipeline = provider(context, record, "scheduler")
-        settings = _pipeline_settings(pipeline)
+        settings = _pipeline_settings(context, pipeline)
         scheduler = KREA2.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
 
         on_step = step_reporter(

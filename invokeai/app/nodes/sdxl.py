@@ -7,7 +7,7 @@ computes for a base model.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from invokeai.app.nodes.base import InputField, InvocationContext
 from invokeai.app.nodes.family_nodes import (
@@ -34,6 +34,10 @@ from invokeai.app.nodes.model_use import (
 from invokeai.backend.families.sd_schedulers import SDSchedulerName
 from invokeai.backend.families.sdxl.constants import FAMILY_NAME
 from invokeai.backend.families.sdxl.descriptor import FAMILY as SDXL
+
+if TYPE_CHECKING:
+    from invokeai.app.services.model_records import ModelRecord
+    from invokeai.backend.families.sdxl.generation import SdxlConditioning
 
 FAMILY = FAMILY_NAME
 
@@ -62,19 +66,24 @@ class SDXLTextEncoderInvocation(SDXLNode):
     )
 
     def invoke(self, context: InvocationContext) -> ConditioningOutput:
-        from invokeai.backend.families.sdxl import generation
-
         record = family_model(context, self.model, FAMILY)
-        device = context.models.device
-        tokenizer = context.models.load(record, "tokenizer")
-        tokenizer_2 = context.models.load(record, "tokenizer_2")
-        with context.models.on_device(record, "text_encoder") as text_encoder:
-            first = generation.encode_with(text_encoder, tokenizer, self.prompt, device)
-        with context.models.on_device(record, "text_encoder_2") as text_encoder_2:
-            second = generation.encode_with(text_encoder_2, tokenizer_2, self.prompt_2 or self.prompt, device)
-            conditioning = generation.join(first, second, text_encoder_2.dtype, device)
+        conditioning = _encode(context, record, self.prompt, self.prompt_2)
         name = CONDITIONING.save(context, conditioning.embeds, conditioning.pooled)
         return ConditioningOutput(conditioning=ConditioningField(conditioning_name=name))
+
+
+def _encode(context: InvocationContext, record: ModelRecord, prompt: str, prompt_2: str | None) -> SdxlConditioning:
+    """Both text encoders' conditioning for a prompt, each encoder on the device in turn."""
+    from invokeai.backend.families.sdxl import generation
+
+    device = context.models.device
+    tokenizer = context.models.load(record, "tokenizer")
+    tokenizer_2 = context.models.load(record, "tokenizer_2")
+    with context.models.on_device(record, "text_encoder") as text_encoder:
+        first = generation.encode_with(text_encoder, tokenizer, prompt, device)
+    with context.models.on_device(record, "text_encoder_2") as text_encoder_2:
+        second = generation.encode_with(text_encoder_2, tokenizer_2, prompt_2 or prompt, device)
+        return generation.join(first, second, text_encoder_2.dtype, device)
 
 
 class SDXLDenoiseInvocation(SDXLNode, ImageToImageInputs):
@@ -85,8 +94,9 @@ class SDXLDenoiseInvocation(SDXLNode, ImageToImageInputs):
     positive_conditioning: ConditioningField = InputField(description="What the image shows (sdxl_text_encoder)")
     negative_conditioning: ConditioningField | None = InputField(
         default=None,
-        description="What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: zero conditioning, as "
-        "StableDiffusionXLPipeline uses without a negative prompt",
+        description="What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: what "
+        "StableDiffusionXLPipeline uses without a negative prompt (zero conditioning, or the empty prompt's where the "
+        "model's force_zeros_for_empty_prompt is false)",
     )
     width: int = size_input(SDXL, "width", 1024)
     height: int = size_input(SDXL, "height", 1024)
@@ -102,10 +112,14 @@ class SDXLDenoiseInvocation(SDXLNode, ImageToImageInputs):
             *CONDITIONING.load(context, self.positive_conditioning.conditioning_name)
         )
         guided = self.cfg_scale > 1.0
+        options = context.models.pipeline_options(record)
         negative = None
         if guided and self.negative_conditioning is not None:
             name = self.negative_conditioning.conditioning_name
             negative = generation.SdxlConditioning(*CONDITIONING.load(context, name))
+        elif guided and not options["force_zeros_for_empty_prompt"]:
+            # The pipeline encodes the empty prompt instead of using zeros when the model's flag says so.
+            negative = _encode(context, record, "", None)
         init_latents = None
         if self.latents is not None:
             init_latents = start_latents(context, record, LATENTS, self.latents.latents_name, self.width, self.height)
@@ -128,6 +142,7 @@ class SDXLDenoiseInvocation(SDXLNode, ImageToImageInputs):
                 init_latents=init_latents,
                 strength=self.denoising_strength,
                 on_step=step_reporter(context, generation.LATENT_RGB),
+                requires_aesthetics_score=bool(options["requires_aesthetics_score"]),
             )
         return latents_output(context, LATENTS, latents, self.width, self.height)
 

@@ -25,7 +25,13 @@ from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 from invokeai.backend.families import get_family
 from invokeai.backend.models.errors import UnsupportedModelError
-from invokeai.backend.models.loaders import architecture, components_of, config_defaults, load_component
+from invokeai.backend.models.loaders import (
+    architecture,
+    components_of,
+    config_defaults,
+    load_component,
+    pipeline_options,
+)
 from invokeai.backend.models.probe import ProbeResult
 
 
@@ -183,6 +189,12 @@ class ModelManager:
         (a model larger than the cache would otherwise be loaded twice, once for its config and once to run)."""
         with _files_of(record):
             return architecture(self._probe(record), component)
+
+    def pipeline_options(self, record: ModelRecord) -> dict[str, Any]:
+        """The model_index.json flags the model's family honours (its `pipeline_options`), as the stock pipeline
+        reads them from the model's files: how its nodes run this model where the pipeline's config says so."""
+        with _files_of(record):
+            return pipeline_options(self._probe(record))
 
     def facts(self, **facts: Any) -> CallFacts:
         """The facts of one call on this manager's execution device and dtype (see CallFacts for the rest)."""

@@ -24,6 +24,9 @@ Estimator = Callable[[Any, Any], Any]
 RunBuilder = Callable[[Any, Any, torch.Generator], Callable[[], Any]]
 # (single file, its config variant, component, dtype) -> the loaded component (module, tokenizer or scheduler).
 FileLoader = Callable[[Path, ConfigVariant, str, torch.dtype], Any]
+# A component's config (as loaded: private keys such as `_diffusers_version` included) -> the config the stock
+# pipeline's __init__ leaves it with; a new dict, equal to the old one where nothing needs rewriting.
+ConfigRewrite = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -114,12 +117,19 @@ class Family:
     `operations` maps every estimator operation to the model component it runs (a component maps to itself;
     vae_decode and vae_encode run the vae); `estimators` and `runs` are keyed by operation. `folder_check(configs)`
     lists how a diffusers folder of one of `pipeline_classes` differs from what the family's nodes run (configs:
-    component -> parsed config.json, scheduler -> scheduler_config.json); empty means it runs.
+    component -> parsed config.json, scheduler -> scheduler_config.json, and "model_index" -> the folder's
+    `pipeline_options`); empty means it runs.
     `make_scheduler(name, base_config)` builds one of `scheduler_names` on the model's own noise schedule.
     `node_module` is the dotted name of the module holding the family's nodes (imported by the app, never here);
     `graph` how clients wire them into a generation graph. `lookalikes` are single files that look like the
     family's but that it does not run: (what the file is, tensor-name prefixes that tell it), so that the probe's
     refusal says what a file looks like rather than only that no rule fits it.
+
+    What the stock pipeline does to a model's configs, the server does through two declarations (docs/api.md,
+    Pipeline flags and config rewrites): `config_rewrites` maps a component to the function that rewrites its loaded
+    config as the pipeline's `__init__` does (legacy values it corrects; the loader applies it to whatever it loads
+    for the component, so its nodes and schedulers see the config the pipeline runs); `pipeline_options` maps each
+    model_index.json key the family's nodes honour to the pipeline's default for a model whose file has none.
     """
 
     name: str
@@ -142,6 +152,12 @@ class Family:
     lookalikes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Components read from the folder's configs for folder_check (scheduler_config.json for the scheduler).
     checked_configs: tuple[str, ...] = field(default=())
+    config_rewrites: Mapping[str, ConfigRewrite] = field(default_factory=dict)
+    pipeline_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def options_in(self, model_index: Mapping[str, Any]) -> dict[str, Any]:
+        """The `pipeline_options` a parsed model_index.json gives, the pipeline's defaults for those it lacks."""
+        return {key: model_index.get(key, default) for key, default in self.pipeline_options.items()}
 
     def component_of(self, operation: str) -> str:
         try:

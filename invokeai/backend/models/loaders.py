@@ -44,7 +44,27 @@ def architecture(probe: ProbeResult, component: str) -> dict[str, Any]:
         config = json.loads((probe.path / component / "config.json").read_text(encoding="utf-8"))
     else:
         config = _variant(probe).component_config(component)
+    # Rewritten before the bookkeeping goes: a rewrite may depend on it (the version that wrote the file).
+    config = _as_the_pipeline_runs(probe, component, config)
     return {key: value for key, value in config.items() if not key.startswith("_")}
+
+
+def pipeline_options(probe: ProbeResult) -> dict[str, Any]:
+    """The model_index.json keys the family's nodes honour (its `pipeline_options`), as the stock pipeline takes
+    them from a folder's file (a single file's: its shipped config's): the pipeline's default where the file has
+    none."""
+    family = get_family(probe.family)
+    if not family.pipeline_options:
+        return {}
+    folder = probe.path if probe.format == "diffusers" else _variant(probe).path
+    index_file = folder / "model_index.json"
+    return family.options_in(json.loads(index_file.read_text(encoding="utf-8")) if index_file.is_file() else {})
+
+
+def _as_the_pipeline_runs(probe: ProbeResult, component: str, config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as the stock pipeline's __init__ leaves it (the family's `config_rewrites`)."""
+    rewrite = get_family(probe.family).config_rewrites.get(component)
+    return config if rewrite is None else rewrite(config)
 
 
 def config_defaults(probe: ProbeResult, component: str) -> dict[str, Any]:
@@ -88,6 +108,15 @@ def load_component(
         loaded = load_diffusers_component(probe.path, component, dtype)
     else:
         loaded = _file_rule(probe).load(probe.path, _variant(probe), component, dtype)
+    if hasattr(loaded, "_internal_dict"):
+        # A diffusers scheduler or model: its config replaced as the pipeline's __init__ replaces it (the object is
+        # not rebuilt; whatever reads the config, a step or a scheduler made from it, reads the new one).
+        from diffusers.configuration_utils import FrozenDict
+
+        config = dict(loaded.config)
+        rewritten = _as_the_pipeline_runs(probe, component, config)
+        if rewritten != config:
+            loaded._internal_dict = FrozenDict(rewritten)
     if isinstance(loaded, torch.nn.Module):
         loaded = loaded.to(device).eval()
     return loaded

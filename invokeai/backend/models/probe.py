@@ -75,6 +75,8 @@ def _probe_folder(path: Path) -> ProbeResult:
             component: _component_config(path, component, "scheduler_config.json" if component == "scheduler" else None)
             for component in family.checked_configs
         }
+        # What the folder's pipeline flags allow may differ (a UNet that only runs with one of them set).
+        configs["model_index"] = family.options_in(index)
         differences = family.folder_check(configs)
         if differences:
             raise UnsupportedModelError(

@@ -34,7 +34,7 @@ from invokeai.app.services.tensors import TensorStore
 from invokeai.backend.cache.working_memory import CallFacts, estimate_working_memory
 from invokeai.backend.families import get_family
 from invokeai.backend.families.sd1.descriptor import FAMILY as sd1_family
-from invokeai.backend.models.loaders import architecture, components_of, load_component
+from invokeai.backend.models.loaders import architecture, components_of, load_component, pipeline_options
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -68,6 +68,9 @@ class StandInManager:
 
     def config(self, record: ModelRecord, component: str) -> dict[str, Any]:
         return architecture(probe_of(record), component)
+
+    def pipeline_options(self, record: ModelRecord) -> dict[str, Any]:
+        return pipeline_options(probe_of(record))
 
     def load(self, record: ModelRecord, component: str) -> Any:
         if (record.name, component) not in self._loaded:

@@ -632,7 +632,7 @@ export interface components {
             cudnn_demoted: boolean;
             /**
              * Window
-             * @description The benchmarking window open now (INVOKE_KREA2_SDPA_BACKEND's mode), or null.
+             * @description The benchmarking window open now (the mode of the environment variable that opened it), or null.
              */
             window: string | null;
             /** @description The startup probe's answer on CUDA and XPU; null on the CPU and MPS. */
@@ -2713,7 +2713,7 @@ export interface components {
             denoising_strength: number;
             /** @description What the image shows (sdxl_text_encoder) */
             positive_conditioning?: components["schemas"]["ConditioningField"];
-            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: zero conditioning, as StableDiffusionXLPipeline uses without a negative prompt */
+            /** @description What the image avoids (sdxl_text_encoder); unset with cfg_scale > 1: what StableDiffusionXLPipeline uses without a negative prompt (zero conditioning, or the empty prompt's where the model's force_zeros_for_empty_prompt is false) */
             negative_conditioning?: components["schemas"]["ConditioningField"] | null;
             /**
              * Width

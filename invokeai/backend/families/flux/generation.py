@@ -138,7 +138,9 @@ def denoise(
     shape = (1, channels, height // LATENT_SCALE, width // LATENT_SCALE)
     grid_h, grid_w = shape[2] // PATCH, shape[3] // PATCH
 
-    sigmas = None if scheduler.config.get("use_flow_sigmas") else np.linspace(1.0, 1 / steps, steps)
+    # FluxPipeline lets a scheduler config's use_flow_sigmas replace its sigmas; FluxImg2ImgPipeline does not read it.
+    flow_sigmas = init_latents is None and scheduler.config.get("use_flow_sigmas")
+    sigmas = None if flow_sigmas else np.linspace(1.0, 1 / steps, steps)
     mu = image_shift(grid_h * grid_w, scheduler.config)
     if sigmas is None:
         scheduler.set_timesteps(steps, device=device, mu=mu)

@@ -34,6 +34,9 @@ FAMILY = Family(
     scheduler_names=scheduler.SCHEDULER_NAMES,
     make_scheduler=scheduler.make_scheduler,
     node_module="invokeai.app.nodes.krea2",
+    # The model_index.json options Krea2Pipeline registers and reads at call time (generation.Krea2Settings), with
+    # its defaults (None: the Krea 2 text encoder taps); it rewrites no component config.
+    pipeline_options={"text_encoder_select_layers": None, "is_distilled": False, "patch_size": 2},
     graph=GraphFacts(
         text_encoder="krea2_text_encoder",
         denoise="krea2_denoise",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
-from invokeai.backend.families.sd1 import demo, estimators, layout, load_checkpoint, runs
+from invokeai.backend.families.sd1 import demo, estimators, layout, legacy, load_checkpoint, runs
 from invokeai.backend.families.sd1.constants import CONSTANTS, NAME
 from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
 from invokeai.backend.models.config_variants import ConfigVariant
@@ -63,4 +63,7 @@ FAMILY = Family(
     ),
     folder_check=layout.folder_differences,
     checked_configs=("unet", "scheduler", "text_encoder"),
+    # StableDiffusionPipeline.__init__'s corrections of old configs (legacy.py); it reads no model_index.json flag
+    # at call time (requires_safety_checker concerns the safety checker, which the server does not run).
+    config_rewrites=legacy.REWRITES,
 )

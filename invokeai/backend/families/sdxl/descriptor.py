@@ -50,11 +50,16 @@ def folder_differences(configs: Mapping[str, dict[str, Any]]) -> list[str]:
                 f"widths together ({width})"
             )
         time_dim = unet.get("addition_time_embed_dim")
-        expected = TIME_IDS * time_dim + text_2.get("projection_dim", 0) if time_dim else None
-        if expected is not None and unet.get("projection_class_embeddings_input_dim") != expected:
+        # With requires_aesthetics_score, StableDiffusionXLImg2ImgPipeline passes the score in the target size's
+        # place, five time ids: a UNet trained so runs image-to-image (text-to-image refuses it, as the pipeline).
+        aesthetic = bool((configs.get("model_index") or {}).get("requires_aesthetics_score", False))
+        counts = (TIME_IDS, TIME_IDS - 1) if aesthetic else (TIME_IDS,)
+        accepted = [count * time_dim + text_2.get("projection_dim", 0) for count in counts] if time_dim else []
+        if accepted and unet.get("projection_class_embeddings_input_dim") not in accepted:
             found.append(
                 f"its UNet's add embedding takes {unet.get('projection_class_embeddings_input_dim')} features, not "
-                f"{TIME_IDS} time ids and the pooled text ({expected}): a refiner's aesthetic-score conditioning?"
+                f"{TIME_IDS} time ids and the pooled text ({accepted[0]}): a refiner's aesthetic-score conditioning "
+                "(which needs model_index.json's requires_aesthetics_score)?"
             )
     return found
 
@@ -116,6 +121,9 @@ FAMILY = Family(
     ),
     folder_check=folder_differences,
     checked_configs=("unet", "scheduler", "text_encoder", "text_encoder_2"),
+    # The model_index.json flags StableDiffusionXLPipeline (force_zeros_for_empty_prompt) and its Img2Img pipeline
+    # (both) read at call time, with their defaults; the pipelines rewrite no component config.
+    pipeline_options={"force_zeros_for_empty_prompt": True, "requires_aesthetics_score": False},
     lookalikes=(
         (
             "an SDXL refiner checkpoint (OpenCLIP-G as its only text encoder, under conditioner.embedders.0.model)",

@@ -1,9 +1,9 @@
 """SDXL base: prompt encoding (two CLIP encoders), denoising (text-to-image and image-to-image) and VAE coding.
 
 Each function computes what diffusers' StableDiffusionXLPipeline / StableDiffusionXLImg2ImgPipeline compute for one
-image of a base model (no prompt weighting, clip skip, LoRA scale, guidance rescale, denoising_start/end, refiner
-aesthetic scores or watermark), so for the same components, prompt, seed, scheduler, steps and size the image is the
-pipeline's.
+image of a base model (no prompt weighting, clip skip, LoRA scale, guidance rescale, denoising_start/end, aesthetic
+scores other than the img2img pipeline's defaults, or watermark), so for the same components, prompt, seed,
+scheduler, steps and size the image is the pipeline's.
 """
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ LATENT_RGB = RgbProjection(
     ),
     bias=torch.tensor([0.1084, -0.0175, -0.0011]),
 )
+
+
+# StableDiffusionXLImg2ImgPipeline's aesthetic_score and negative_aesthetic_score defaults, the time ids a UNet
+# trained on aesthetic scores (a model_index.json with requires_aesthetics_score) is conditioned on.
+AESTHETIC_SCORE = 6.0
+NEGATIVE_AESTHETIC_SCORE = 2.5
 
 
 @dataclass(frozen=True)
@@ -98,18 +104,34 @@ def encode_prompt(
 
 
 def add_time_ids(
-    unet: Any, width: int, height: int, projection_dim: int, dtype: torch.dtype, device: torch.device | str
+    unet: Any,
+    width: int,
+    height: int,
+    projection_dim: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    aesthetic_score: float | None = None,
 ) -> torch.Tensor:
-    """The micro-conditioning (1, 6) the pipeline passes by default: original size = target size = (height,
-    width), crop (0, 0); checked against the UNet's add embedding width as the pipeline checks it."""
-    ids = [height, width, 0, 0, height, width]
-    passed = unet.config.addition_time_embed_dim * len(ids) + projection_dim
+    """The micro-conditioning the pipeline passes by default: original size = target size = (height, width), crop
+    (0, 0), (1, 6); with `aesthetic_score` (StableDiffusionXLImg2ImgPipeline when its requires_aesthetics_score is
+    set) the score takes the target size's place, (1, 5). Checked against the UNet's add embedding width as the
+    pipeline checks it."""
+    ids: list[float] = [height, width, 0, 0]
+    ids += [height, width] if aesthetic_score is None else [aesthetic_score]
+    time_dim = unet.config.addition_time_embed_dim
+    passed = time_dim * len(ids) + projection_dim
     expected = unet.add_embedding.linear_1.in_features
     if passed != expected:
+        # One time id too many or too few: the UNet is (or is not) conditioned on an aesthetic score.
+        hint = (
+            "a UNet conditioned on an aesthetic score runs image-to-image only, where model_index.json sets "
+            "requires_aesthetics_score, and a UNet without one only where it does not"
+            if abs(passed - expected) == time_dim
+            else "the text encoder does not belong to this UNet"
+        )
         raise ValueError(
-            f"the UNet's add embedding takes {expected} features, but 6 time ids x addition_time_embed_dim "
-            f"{unet.config.addition_time_embed_dim} + the text encoder's projection_dim {projection_dim} = {passed}: "
-            "the text encoder does not belong to this UNet"
+            f"the UNet's add embedding takes {expected} features, but {len(ids)} time ids x addition_time_embed_dim "
+            f"{time_dim} + the text encoder's projection_dim {projection_dim} = {passed}: {hint}"
         )
     return torch.tensor([ids], dtype=dtype, device=device)
 
@@ -137,15 +159,19 @@ def denoise(
     strength: float = 1.0,
     on_step: StepCallback | None = None,
     projection_dim: int | None = None,
+    requires_aesthetics_score: bool = False,
 ) -> torch.Tensor:
     """Denoised latents (1, 4, height/8, width/8), ready for `vae_decode`.
 
     `scheduler` is used through a fresh copy (it may be shared). `negative` None under guidance (cfg_scale > 1) is
-    the pipeline's force_zeros_for_empty_prompt with no negative prompt: zero conditioning. Without
+    the pipeline's force_zeros_for_empty_prompt with no negative prompt: zero conditioning (where model_index.json
+    sets it false, the caller passes the empty prompt's conditioning, as that pipeline encodes it). Without
     `init_latents` this is text-to-image; with latents from `vae_encode(vae, image, seed)` it is image-to-image,
-    starting `strength` of the way into the schedule. `projection_dim` is text_encoder_2's config projection_dim
-    (what the pipeline reads; default: the pooled embedding's width, which equals it). `on_step(step, total,
-    latents)` runs after every step; raising from it ends the run.
+    starting `strength` of the way into the schedule, and `requires_aesthetics_score` (model_index.json's, which
+    only the img2img pipeline reads) conditions on the pipeline's default aesthetic scores instead of the target
+    size. `projection_dim` is text_encoder_2's config projection_dim (what the pipeline reads; default: the pooled
+    embedding's width, which equals it). `on_step(step, total, latents)` runs after every step; raising from it
+    ends the run.
     """
     check_size(width, height)
     if steps < 1:
@@ -182,12 +208,15 @@ def denoise(
         negative = SdxlConditioning(torch.zeros_like(positive.embeds), torch.zeros_like(positive.pooled))
     projection_dim = projection_dim if projection_dim is not None else int(positive.pooled.shape[-1])
     embed_dtype = positive.embeds.dtype
-    time_ids = add_time_ids(unet, width, height, projection_dim, embed_dtype, device)
+    aesthetic = requires_aesthetics_score and init_latents is not None
+    scores = (AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE) if aesthetic else (None, None)
+    time_ids = add_time_ids(unet, width, height, projection_dim, embed_dtype, device, scores[0])
     if guided:
         assert negative is not None
         embeds = torch.cat([negative.embeds, positive.embeds])
         pooled = torch.cat([negative.pooled, positive.pooled])
-        time_ids = torch.cat([time_ids, time_ids])
+        negative_time_ids = add_time_ids(unet, width, height, projection_dim, embed_dtype, device, scores[1])
+        time_ids = torch.cat([negative_time_ids, time_ids])
     else:
         embeds, pooled = positive.embeds, positive.pooled
     added = {"text_embeds": pooled.to(device), "time_ids": time_ids}

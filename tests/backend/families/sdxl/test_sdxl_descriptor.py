@@ -89,4 +89,10 @@ def test_the_demo_builds_in_seconds_to_the_same_bytes(sdxl_folder: Path, tmp_pat
     shipped = next(v for v in FAMILY.config_variants if v.name == "sdxl-demo")
     for component in ("unet", "vae", "text_encoder", "text_encoder_2"):
         built = json.loads((sdxl_folder / component / "config.json").read_text(encoding="utf-8"))
-        assert built == shipped.component_config(component), component
+        assert _architecture(built) == _architecture(shipped.component_config(component)), component
+
+
+def _architecture(config: dict) -> dict:
+    """A config without the library versions that wrote it: the shipped one was written by whatever transformers
+    was installed then, and a newer one writes the same architecture under its own version."""
+    return {key: value for key, value in config.items() if key not in ("transformers_version", "_diffusers_version")}
