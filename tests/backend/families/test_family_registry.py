@@ -203,3 +203,18 @@ def test_the_demo_list_check_can_fail(tmp_path: Path) -> None:
         'A = ["demo-a", "demo-b", "demo-c"]\nB = ("demo-a", "demo-b")\nC = {"demo-a", "x", "demo-b", "demo-c"}\n'
     )
     assert [line for line, _ in demo_name_lists(sample)] == [1, 3]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_docs_families_md_has_a_row_per_family(family: Family) -> None:
+    # docs/families.md's table is the one place the families and their demo models are listed by hand (README,
+    # docs/api.md and the settings point at it and at GET /api/v1/app/families): it must stay true.
+    text = (REPO / "docs" / "families.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith(f"| `{family.name}` |")]
+    assert len(rows) == 1, f"docs/families.md has no table row for {family.name}"
+    row = rows[0]
+    assert f"`{family.node_module.replace('.', '/')}.py`" in row
+    for demo in family.demos:
+        assert f"`{demo.name}`" in row
+    for variant in family.config_variants:
+        assert f"`{variant.name}`" in row
