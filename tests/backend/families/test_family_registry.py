@@ -20,8 +20,6 @@ FAMILY_DIRS = sorted(path.parent for path in (REPO / "invokeai/backend/families"
 # Modules outside the family folders that must name families, each with why.
 NAMES_FAMILIES = {
     "invokeai/backend/families/registry.py": "the registry: it imports each family's descriptor, one line a family",
-    "invokeai/app/api/routers/models.py": "pending: the install source's description names formats by family "
-    "(app/api is the lead's to edit; it should point at GET /api/v1/app/families)",
 }
 
 

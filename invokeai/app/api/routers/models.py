@@ -26,8 +26,8 @@ class ModelInstallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: str = Field(
-        description="Absolute path, on the server, of a diffusers pipeline folder, an SD-1.5 single-file "
-        ".safetensors checkpoint or a Krea-2 GGUF transformer."
+        description="Absolute path, on the server, of a diffusers pipeline folder or a single file (.safetensors or "
+        ".gguf) of a family the server runs (GET /api/v1/app/families; the formats each takes: docs/families.md)."
     )
     inplace: bool = Field(
         False,
