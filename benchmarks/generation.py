@@ -61,6 +61,7 @@ class Case:
     example: str
     model: str
     guidance_field: str
+    guidance_offset: float  # the pipeline's guidance_scale less the node's (GraphFacts.pipeline_guidance_offset)
     steps: int | None = None  # None: the example's
 
     @property
@@ -79,14 +80,13 @@ STEPS = {"flux": 20}
 
 def _text_to_image_example(family: Any, model: str) -> str:
     """The documented text-to-image example of `family` on the demo model `model`."""
+    # The node that names the model: the denoise node, or the family's loader where its nodes take one.
+    naming = family.graph.loader or family.graph.denoise
     for path in sorted(EXAMPLES.glob("*.json")):
         nodes = json.loads(path.read_text(encoding="utf-8"))["batch"]["graph"]["nodes"]
-        denoise = nodes.get("denoise", {})
-        if (
-            denoise.get("type") == family.graph.denoise
-            and denoise.get("model", {}).get("name") == model
-            and not any(node["type"] == family.graph.encode for node in nodes.values())
-        ):
+        types = [node["type"] for node in nodes.values()]
+        named = [node.get("model", {}).get("name") for node in nodes.values() if node["type"] == naming]
+        if family.graph.denoise in types and named == [model] and family.graph.encode not in types:
             return path.stem
     raise LookupError(f"docs/examples has no text-to-image example of the {family.name} family on {model}")
 
@@ -104,7 +104,17 @@ def _cases() -> tuple[Case, ...]:
         shown = steps or denoise["denoise"]["steps"]
         size = f"{denoise['denoise']['width']}x{denoise['denoise']['height']}"
         label = f"{family.title} demo, {shown} steps at {size}"
-        cases.append(Case(family.name, label, example, demo.name, family.graph.guidance_field, steps=steps))
+        cases.append(
+            Case(
+                family.name,
+                label,
+                example,
+                demo.name,
+                family.graph.guidance_field,
+                family.graph.pipeline_guidance_offset,
+                steps=steps,
+            )
+        )
     return tuple(cases)
 
 
@@ -253,21 +263,17 @@ def pipeline_call(pipe: Any, case: Case) -> Callable[[], Any]:
     nodes = case.body["batch"]["graph"]["nodes"]
     denoise = nodes["denoise"]
     pipe.set_progress_bar_config(disable=True)
-    # FLUX.1 has one prompt node (no negative: its guidance is an embedding) and its default T5 length.
-    prompt = (
-        {"prompt": nodes["prompt"]["prompt"]}
-        if "prompt" in nodes
-        else {
-            "prompt": nodes["positive"]["prompt"],
-            "negative_prompt": nodes["negative"]["prompt"],
-        }
-    )
+    # FLUX.1's examples have one prompt node (no negative: its guidance is an embedding); a family whose example
+    # runs without guidance has no negative either.
+    prompt = {"prompt": (nodes.get("prompt") or nodes["positive"])["prompt"]}
+    if "negative" in nodes:
+        prompt["negative_prompt"] = nodes["negative"]["prompt"]
     return lambda: pipe(
         **prompt,
         width=denoise["width"],
         height=denoise["height"],
         num_inference_steps=denoise["steps"],
-        guidance_scale=denoise[case.guidance_field],
+        guidance_scale=denoise[case.guidance_field] + case.guidance_offset,
         generator=torch.Generator("cpu").manual_seed(denoise["seed"]),
     ).images[0]
 

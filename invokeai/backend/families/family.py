@@ -89,7 +89,9 @@ class GraphFacts:
     which input of each node (by role: text_encoder, denoise, decode, encode). `negative` says when a negative
     prompt's encoder is wired in: always (unless guidance is at `guidance_off`), only when one is given, or never.
     `strength_field` is the denoise input of image-to-image: `denoising_strength` (how much of the schedule runs) or
-    InvokeAI's `denoising_start` (where in the schedule it starts: 1 - strength).
+    InvokeAI's `denoising_start` (where in the schedule it starts: 1 - strength). `pipeline_guidance_offset` is what
+    the stock diffusers pipeline's `guidance_scale` adds to the node's guidance value for the same image (InvokeAI's
+    CFG scale, 1 for none, against a pipeline whose 0 is none: -1).
     """
 
     text_encoder: str
@@ -105,6 +107,7 @@ class GraphFacts:
     guidance_label: str = "CFG scale"
     guidance_off: float = 1.0
     strength_field: Literal["denoising_strength", "denoising_start"] = "denoising_strength"
+    pipeline_guidance_offset: float = 0.0
 
     def node_types(self) -> tuple[str, ...]:
         return tuple(t for t in (self.loader, self.text_encoder, self.denoise, self.decode, self.encode) if t)
