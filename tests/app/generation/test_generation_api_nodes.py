@@ -453,7 +453,8 @@ def test_sizes_the_denoisers_cannot_make_are_refused_when_the_graph_is_parsed(
     name: str, size: int, multiple: int
 ) -> None:
     graph = with_inputs(example(name), "denoise", width=size)
-    with pytest.raises(ValidationError, match=rf"width\n  Input should be a multiple of {multiple} \[type=multiple_of, input_value={size}"):
+    refusal = rf"width\n  Input should be a multiple of {multiple} \[type=multiple_of, input_value={size}"
+    with pytest.raises(ValidationError, match=refusal):
         Graph.model_validate(graph)
 
 
