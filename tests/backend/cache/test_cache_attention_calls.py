@@ -42,6 +42,15 @@ FACTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("sdxl", "unet"): [dict(width=72, height=56), dict(width=64, height=64, batch=2, guidance=False)],
     ("sdxl", "vae_decode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
     ("sdxl", "vae_encode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
+    # The masked text encoder (padded prompts), and the guided transformer batch whose captions pad to different
+    # lengths (a mask) beside an unguided one.
+    ("z-image", "text_encoder"): [dict(prompt_tokens=24), dict(prompt_tokens=40, batch=2)],
+    ("z-image", "transformer"): [
+        dict(width=80, height=48, prompt_tokens=60),
+        dict(width=64, height=64, guidance=False),
+    ],
+    ("z-image", "vae_decode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
+    ("z-image", "vae_encode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
 }
 
 Key = tuple[int, int, int, int, bool, bool]

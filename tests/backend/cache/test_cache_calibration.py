@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from invokeai.backend.families import FAMILIES
+
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "calibrate_working_memory.py"
 
@@ -33,25 +35,8 @@ def test_estimates_bound_the_measured_cpu_peak_within_30_percent() -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("# device=cpu") and "attention_backend=auto" in lines[0] and "torch=" in lines[0]
     rows = [line.split() for line in lines[2:]]
-    assert {(row[0], row[1]) for row in rows} == {
-        ("sd-1", "text_encoder"),
-        ("sd-1", "unet"),
-        ("sd-1", "vae_decode"),
-        ("sd-1", "vae_encode"),
-        ("krea2", "text_encoder"),
-        ("krea2", "transformer"),
-        ("krea2", "vae_decode"),
-        ("flux", "text_encoder"),
-        ("flux", "text_encoder_2"),
-        ("flux", "transformer"),
-        ("flux", "vae_decode"),
-        ("flux", "vae_encode"),
-        ("sdxl", "text_encoder"),
-        ("sdxl", "text_encoder_2"),
-        ("sdxl", "unet"),
-        ("sdxl", "vae_decode"),
-        ("sdxl", "vae_encode"),
-    }
+    # One row per operation of every registered family.
+    assert {(row[0], row[1]) for row in rows} == {(f.name, op) for f in FAMILIES for op in f.runs}
     for row in rows:
         estimate, measured = float(row[5]), float(row[6])
         assert measured > 1.0, row  # MiB: large enough for the RSS counters to resolve

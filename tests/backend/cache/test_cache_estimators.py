@@ -194,8 +194,8 @@ def test_guidance_doubles_the_sd_unet_batch_but_not_krea2s() -> None:
 @pytest.mark.parametrize(("family", "component"), sorted(ESTIMATORS))
 def test_activation_grows_with_resolution_and_batch(device: str, family: str, component: str) -> None:
     """Twice the batch at least doubles the activations, less what is made once per call, not per image: on the
-    CPU the SD convolutions' weight copies (FLUX's VAE is SD's), T5's position bias, and the float32 weights an
-    SDXL float16 VAE is upcast to. Text encoders do not see the resolution."""
+    CPU the SD convolutions' weight copies (FLUX's and Z-Image's VAE is SD's), T5's position bias, and the float32
+    weights an SDXL float16 VAE is upcast to. Text encoders do not see the resolution."""
     config = config_for(family, component, family)
 
     def at(size: int, batch: int = 1) -> int:
@@ -204,7 +204,9 @@ def test_activation_grows_with_resolution_and_batch(device: str, family: str, co
 
     small, batched = at(512), at(512, batch=2)
     convolutions = (
-        device == "cpu" and family in ("sd-1", "flux", "sdxl") and component in ("unet", "vae_decode", "vae_encode")
+        device == "cpu"
+        and family in ("sd-1", "flux", "sdxl", "z-image")
+        and component in ("unet", "vae_decode", "vae_encode")
     )
     upcast_vae = family == "sdxl" and component.startswith("vae")
     if convolutions or upcast_vae or (family, component) == ("flux", "text_encoder_2"):

@@ -1371,7 +1371,7 @@ export interface components {
              * @description The nodes of this graph, by node id
              */
             nodes?: {
-                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["Krea2VaeDecodeInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"];
+                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["Krea2VaeDecodeInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"];
             };
             /**
              * Edges
@@ -1630,7 +1630,7 @@ export interface components {
              * Result
              * @description The node's output, as in the item's session results.
              */
-            result: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"];
+            result: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
         };
         /**
          * InvocationErrorEvent
@@ -2093,7 +2093,7 @@ export interface components {
         ModelInstallRequest: {
             /**
              * Source
-             * @description Absolute path, on the server, of a diffusers pipeline folder, an SD-1.5 single-file .safetensors checkpoint or a Krea-2 GGUF transformer.
+             * @description Absolute path, on the server, of a diffusers pipeline folder or a single file (.safetensors or .gguf) of a family the server runs (GET /api/v1/app/families; the formats each takes: docs/families.md).
              */
             source: string;
             /**
@@ -2127,7 +2127,7 @@ export interface components {
              * @description The model family: which nodes can use it.
              * @enum {string}
              */
-            family: "sd-1" | "krea2" | "flux" | "sdxl";
+            family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image";
             /**
              * Type
              * @description main (a whole pipeline) or a single component such as transformer.
@@ -2405,6 +2405,23 @@ export interface components {
             queue_id: string;
             /** Deleted */
             deleted: number;
+        };
+        /**
+         * Qwen3EncoderField
+         * @description InvokeAI's handle on a Qwen3 text encoder and its tokenizer.
+         */
+        Qwen3EncoderField: {
+            /** @description The model whose tokenizer this is */
+            tokenizer: components["schemas"]["ModelIdentifier"];
+            /** @description The model whose Qwen3 text encoder this is */
+            text_encoder: components["schemas"]["ModelIdentifier"];
+            /**
+             * Loras
+             * @description LoRAs; this server takes none yet
+             */
+            loras?: {
+                [key: string]: unknown;
+            }[];
         };
         /**
          * RandomIntInvocation
@@ -2978,7 +2995,7 @@ export interface components {
              * @description Node id -> that node's output, for each node that ran.
              */
             results: {
-                [key: string]: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"];
+                [key: string]: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
             };
         };
         /**
@@ -3027,6 +3044,35 @@ export interface components {
              * @description The output string
              */
             value: string;
+        };
+        /**
+         * TransformerField
+         * @description InvokeAI's handle on a model's transformer, as its model-loader nodes pass it to a denoise node: the model
+         *     that provides the component (a pipeline, or a lone transformer file).
+         */
+        TransformerField: {
+            /** @description The model whose transformer this is */
+            transformer: components["schemas"]["ModelIdentifier"];
+            /**
+             * Loras
+             * @description InvokeAI's LoRAs; this server takes none yet (empty)
+             */
+            loras?: {
+                [key: string]: unknown;
+            }[];
+        };
+        /**
+         * VAEField
+         * @description InvokeAI's handle on a VAE, as its model-loader nodes pass it to the decode and encode nodes.
+         */
+        VAEField: {
+            /** @description The model whose VAE this is */
+            vae: components["schemas"]["ModelIdentifier"];
+            /**
+             * Seamless Axes
+             * @description InvokeAI's seamless tiling axes; this server tiles none yet
+             */
+            seamless_axes?: string[];
         };
         /** ValidationError */
         ValidationError: {
@@ -3086,6 +3132,283 @@ export interface components {
              * @description Every model component in the shared RAM cache, and whether this worker's device holds it.
              */
             cached_models: components["schemas"]["CachedModel"][];
+        };
+        /**
+         * ZImageConditioningField
+         * @description Caption features made by z_image_text_encoder (InvokeAI's field also carries a regional mask; this server
+         *     has none yet).
+         */
+        ZImageConditioningField: {
+            /**
+             * Conditioning Name
+             * @description The name of the caption features in the tensor store
+             */
+            conditioning_name: string;
+        };
+        /** ZImageConditioningOutput */
+        ZImageConditioningOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "z_image_conditioning_output";
+            /** @description The caption features */
+            conditioning: components["schemas"]["ZImageConditioningField"];
+        };
+        /**
+         * ZImageDenoiseInvocation
+         * @description Latents denoised by the Z-Image transformer with flow-matching Euler: from noise (text-to-image), or from
+         *     `latents` (image-to-image) starting `denoising_start` of the way into the schedule. Reports every step with a
+         *     small preview.
+         */
+        ZImageDenoiseInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "z_image_denoise";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The transformer (z_image_model_loader) */
+            transformer?: components["schemas"]["TransformerField"];
+            /** @description What the image shows */
+            positive_conditioning?: components["schemas"]["ZImageConditioningField"];
+            /** @description What the image avoids; needed when guidance_scale > 1 */
+            negative_conditioning?: components["schemas"]["ZImageConditioningField"] | null;
+            /** @description Latents to start from (z_image_i2l), for image-to-image; their size must match */
+            latents?: components["schemas"]["LatentsField"] | null;
+            /**
+             * Denoising Start
+             * @description With latents: where in the schedule to start (0: from noise)
+             * @default 0
+             */
+            denoising_start: number;
+            /**
+             * Denoising End
+             * @description Where in the schedule to stop; only 1 (the end) is supported
+             * @default 1
+             */
+            denoising_end: number;
+            /**
+             * Add Noise
+             * @description With latents: noise them to the start (only true)
+             * @default true
+             */
+            add_noise: boolean;
+            /**
+             * Guidance Scale
+             * @description Classifier-free guidance; 1 turns it off (Turbo runs without)
+             * @default 1
+             */
+            guidance_scale: number;
+            /**
+             * Width
+             * @description The width, a multiple of 16
+             * @default 1024
+             */
+            width: number;
+            /**
+             * Height
+             * @description The height, a multiple of 16
+             * @default 1024
+             */
+            height: number;
+            /**
+             * Steps
+             * @description The number of denoising steps
+             * @default 9
+             */
+            steps: number;
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /**
+             * Shift
+             * @description The schedule's shift; unset: the model's scheduler config
+             */
+            shift?: number | null;
+            /**
+             * Scheduler
+             * @description The sampler
+             * @default euler
+             * @enum {string}
+             */
+            scheduler: "euler" | "lcm";
+        };
+        /**
+         * ZImageImageToLatentsInvocation
+         * @description Latents of an image, sampled from the VAE posterior with the seed, for image-to-image with z_image_denoise.
+         *     Give z_image_denoise the same seed to get the image ZImageImg2ImgPipeline makes with that seed.
+         */
+        ZImageImageToLatentsInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "z_image_i2l";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The image; its sides must be multiples of 16 */
+            image?: components["schemas"]["ImageField"];
+            /** @description The VAE (z_image_model_loader) */
+            vae?: components["schemas"]["VAEField"];
+            /**
+             * Seed
+             * @description The seed of the posterior sample
+             * @default 0
+             */
+            seed: number;
+        };
+        /**
+         * ZImageLatentsToImageInvocation
+         * @description The image the VAE decodes from Z-Image latents.
+         */
+        ZImageLatentsToImageInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "z_image_l2i";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The latents to decode (z_image_denoise) */
+            latents?: components["schemas"]["LatentsField"];
+            /** @description The VAE (z_image_model_loader) */
+            vae?: components["schemas"]["VAEField"];
+        };
+        /**
+         * ZImageModelLoaderInvocation
+         * @description A Z-Image model's transformer, Qwen3 encoder and VAE, for the other Z-Image nodes. A lone transformer (a
+         *     single file or GGUF) takes its encoder and VAE from `qwen3_encoder_model` and `vae_model`, else from the
+         *     installed Z-Image pipeline it is paired with.
+         */
+        ZImageModelLoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "z_image_model_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The Z-Image model or transformer file */
+            model?: components["schemas"]["ModelIdentifier"];
+            /** @description A model whose 16-channel FLUX.1-style VAE to use instead of the model's */
+            vae_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description A Z-Image model whose Qwen3 text encoder to use instead of the model's */
+            qwen3_encoder_model?: components["schemas"]["ModelIdentifier"] | null;
+        };
+        /** ZImageModelLoaderOutput */
+        ZImageModelLoaderOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "z_image_model_loader_output";
+            /** @description The transformer (z_image_denoise) */
+            transformer: components["schemas"]["TransformerField"];
+            /** @description The Qwen3 encoder (z_image_text_encoder) */
+            qwen3_encoder: components["schemas"]["Qwen3EncoderField"];
+            /** @description The VAE (z_image_l2i, z_image_i2l) */
+            vae: components["schemas"]["VAEField"];
+        };
+        /**
+         * ZImageTextEncoderInvocation
+         * @description A prompt encoded by the Qwen3 text encoder: the second-to-last hidden states of the chat-templated prompt,
+         *     padded to 512 tokens with a mask and cut back to the prompt's tokens, for z_image_denoise.
+         */
+        ZImageTextEncoderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "z_image_text_encoder";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Prompt
+             * @description The prompt (unset: empty)
+             */
+            prompt?: string | null;
+            /** @description The Qwen3 encoder (z_image_model_loader) */
+            qwen3_encoder?: components["schemas"]["Qwen3EncoderField"];
         };
     };
     responses: never;
@@ -4087,7 +4410,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only models of this family. */
-                family?: ("sd-1" | "krea2" | "flux" | "sdxl") | null;
+                family?: ("sd-1" | "krea2" | "flux" | "sdxl" | "z-image") | null;
                 /** @description Only models of this type (main, transformer). */
                 type?: string | null;
             };
