@@ -5,6 +5,7 @@ registry back (families stand above the generic code; the registry, which import
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -141,7 +142,23 @@ def test_importing_a_family_facing_module_leaves_the_registry_out() -> None:
     # one, and any that does shows up under its own name, since it is imported before the ones after it.
     result = subprocess.run([sys.executable, "-c", script, *modules], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    import json
 
     loaded = json.loads(result.stdout.splitlines()[-1])
     assert {name: found for name, found in loaded.items() if found} == {}
+
+
+@pytest.mark.parametrize("folder", FAMILY_DIRS, ids=lambda p: p.name)
+def test_a_familys_descriptor_imports_neither_the_registry_nor_another_family(folder: Path) -> None:
+    # The package's __init__ reads the registry lazily: a family importing `families.family` does not run it.
+    name = f"{FAMILIES_PACKAGE}.{folder.name}.descriptor"
+    script = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({name!r})\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({FAMILIES_PACKAGE!r} + '.'))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    others = {f"{FAMILIES_PACKAGE}.registry"} | {f"{FAMILIES_PACKAGE}.{d.name}" for d in FAMILY_DIRS if d != folder}
+    assert f"{FAMILIES_PACKAGE}.{folder.name}.descriptor" in loaded
+    assert [m for m in loaded if m in others or m.rsplit(".", 1)[0] in others] == []
