@@ -11,7 +11,7 @@ import {
   type QueueStatus,
 } from "./api/client";
 import type { AnyEvent, ConnectionState, EventMap } from "./api/events";
-import type { Family, GenerateSettings } from "./families";
+import type { Family, GenerateSettings } from "./graphs";
 import type { NodeSpecs } from "./nodeSchemas";
 
 export type Page = "generate" | "queue" | "gallery" | "models" | "attention";

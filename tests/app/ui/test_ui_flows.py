@@ -31,7 +31,10 @@ from ui_support import (
     wait_for,
 )
 
-FAMILY_MODELS = ["demo-sd1", "demo-sdxl", "demo-flux", "demo-krea2"]
+from invokeai.backend.families import FAMILIES
+
+# Each registered family's first pipeline demo, which the server installs on its first start.
+FAMILY_MODELS = [next(demo.name for demo in family.demos if demo.type == "main") for family in FAMILIES]
 TOKEN = "ui-test-token"
 # Long enough on a demo model to be caught running (a step takes a few ms), short enough to finish if not cut.
 LONG_STEPS = 400

@@ -161,10 +161,8 @@ def test_an_unknown_family_is_refused_naming_the_known_ones() -> None:
     assert family_for_pipeline("StableDiffusion3Pipeline") is None
 
 
-# Tests that may still hold a fixed list of demo names, each with why.
-LISTS_DEMOS = {
-    "tests/app/ui/test_ui_flows.py": "pending: tests/app/ui is being edited by the UI's engineer",
-}
+# Tests that may still hold a fixed list of demo names, each with why (none do).
+LISTS_DEMOS: dict[str, str] = {}
 
 
 def demo_name_lists(path: Path) -> list[tuple[int, list[str]]]:

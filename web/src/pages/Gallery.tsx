@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api, authHeaders, call, getToken, imageUrl, type Graph, type ImageRecord } from "../api/client";
-import { findDenoise, graphModel, settingsFromGraph, type GenerateSettings } from "../families";
+import { findDenoise, graphModel, settingsFromGraph, type GenerateSettings } from "../graphs";
 import { AuthImage, downloadImage } from "../AuthImage";
 import { pngTextChunks } from "../pngMetadata";
 import { getState, loadMoreImages, refreshImages, reportError, setState, useStore } from "../store";

@@ -10,7 +10,7 @@ import {
   supportsImageToImage,
   type Family,
   type GenerateSettings,
-} from "../families";
+} from "../graphs";
 import { clampToSpec, type FieldSpec } from "../nodeSchemas";
 import { refreshImages, refreshQueue, reportError, setState, useStore } from "../store";
 import { ProgressPanel } from "./Progress";

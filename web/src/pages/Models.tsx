@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, call, type ModelRecord } from "../api/client";
-import { familyOf } from "../families";
+import { familyOf } from "../graphs";
 import { formatBytes } from "../format";
 import { getState, refreshModels, reportError, useStore } from "../store";
 
