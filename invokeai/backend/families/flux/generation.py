@@ -9,7 +9,6 @@ they are run with (`constants.default_t5_tokens`).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +23,11 @@ from invokeai.backend.families.flux.constants import (
     SIZE_MULTIPLE,
     TIMESTEP_SCALE,
 )
+from invokeai.backend.generation import shifted_latents
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
 if TYPE_CHECKING:
     from PIL import Image
-
-    from invokeai.backend.generation.preview import RgbProjection
 
 
 @torch.inference_mode()
@@ -192,53 +190,18 @@ def denoise(
     return unpack_latents(latents, height, width)
 
 
-def _image_processor() -> Any:
-    from diffusers.image_processor import VaeImageProcessor
-
-    # The pipelines' processor: sizes rounded to the packed multiple, pixels in [-1, 1].
-    return VaeImageProcessor(vae_scale_factor=SIZE_MULTIPLE)
-
-
-@torch.inference_mode()
 def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
-    """The RGB image the pipeline returns for these (unpacked, scaled and shifted) latents."""
-    latents = latents.to(device=vae.device, dtype=vae.dtype)
-    decoded = vae.decode(latents / vae.config.scaling_factor + vae.config.shift_factor, return_dict=False)[0]
-    return _image_processor().postprocess(decoded, output_type="pil")[0]
+    """The RGB image the pipeline returns for these (scaled and shifted) latents."""
+    return shifted_latents.decode(vae, latents, SIZE_MULTIPLE)
 
 
-@torch.inference_mode()
 def vae_encode(vae: Any, image: Image.Image, seed: int) -> torch.Tensor:
     """The latents the denoiser works in, sampled from the VAE posterior with the seed's generator, as the img2img
     pipeline prepares them. Pass the same seed to `denoise`, whose noise continues that generator's stream."""
     check_size(image.width, image.height)
-    pixels = _image_processor().preprocess(image).to(torch.float32).to(device=vae.device, dtype=vae.dtype)
-    sample = vae.encode(pixels).latent_dist.sample(seeded_generator(seed))
-    return (sample - vae.config.shift_factor) * vae.config.scaling_factor
+    return shifted_latents.encode(vae, image, seed, SIZE_MULTIPLE)
 
 
-# One fitted preview map per VAE module, dropped with the module when the model cache lets it go.
-_PREVIEW_MAPS: weakref.WeakKeyDictionary[Any, RgbProjection] = weakref.WeakKeyDictionary()
-
-
-def known_preview_projection(vae: Any) -> RgbProjection | None:
-    """The map `preview_projection` fitted for this VAE module earlier, if it did."""
-    return _PREVIEW_MAPS.get(vae)
-
-
-@torch.inference_mode()
-def preview_projection(vae: Any) -> RgbProjection:
-    """The map from denoiser latents to preview RGB for this VAE, fitted on first use (see `generation.preview`):
-    it follows whatever VAE is installed, the demo's random one included. The caller puts the VAE on the execution
-    device with working memory for FIT_COLOURS images of FIT_SIZE pixels."""
-    from invokeai.backend.generation.preview import fit_rgb_projection
-
-    projection = _PREVIEW_MAPS.get(vae)
-    if projection is None:
-
-        def encode(images: torch.Tensor) -> torch.Tensor:
-            z = vae.encode(images.to(device=vae.device, dtype=vae.dtype)).latent_dist.mode().float().cpu()
-            return (z - vae.config.shift_factor) * vae.config.scaling_factor
-
-        projection = _PREVIEW_MAPS[vae] = fit_rgb_projection(encode)
-    return projection
+# The step-preview map is fitted to the VAE, the same way for every VAE of this kind.
+known_preview_projection = shifted_latents.known_preview_projection
+preview_projection = shifted_latents.preview_projection
