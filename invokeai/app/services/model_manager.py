@@ -27,6 +27,7 @@ from invokeai.backend.families import get_family
 from invokeai.backend.models.errors import UnsupportedModelError
 from invokeai.backend.models.loaders import (
     architecture,
+    comparable_config,
     components_of,
     config_defaults,
     load_component,
@@ -221,10 +222,12 @@ class ModelManager:
             yield module
 
     def companion(self, record: ModelRecord, component: str) -> ModelRecord:
-        """For a model that lacks `component` (a lone transformer): the first pipeline of its family, by name, that
-        has it and was made for the same architecture of what the model holds, so the text encoder and VAE fit the
-        transformer (a tiny demo transformer pairs with the demo pipeline, a full-size one with a full-size
-        pipeline, whatever else is installed)."""
+        """For a model that lacks `component` (a lone component file: a transformer, a VAE, a text encoder): the
+        first pipeline of its family, by name, that has it and was made for the same architecture of what the model
+        holds, so the text encoder and VAE fit the transformer, and the tokenizer the text encoder (a tiny demo
+        transformer pairs with the demo pipeline, a full-size one with a full-size pipeline, whatever else is
+        installed). Architectures are compared as `comparable_config` gives them: a transformers config written by
+        another transformers version, or saved in another dtype, is still the same architecture."""
         # Compared with the class defaults filled in, from the model's own class for each component it holds.
         defaults = {held: config_defaults(probe_of(record), held) for held in self.components(record)}
         own = {held: self._architecture(record, held, defaults[held]) for held in self.components(record)}
@@ -252,7 +255,7 @@ class ModelManager:
 
     def _architecture(self, record: ModelRecord, component: str, defaults: dict[str, Any]) -> dict[str, Any] | None:
         try:
-            return {**defaults, **self.config(record, component)}
+            return comparable_config({**defaults, **self.config(record, component)})
         except (OSError, ValueError, UnsupportedModelError):
             return None  # a config that cannot be read matches nothing: not a model to pair with
 

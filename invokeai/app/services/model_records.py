@@ -58,7 +58,10 @@ class ModelRecord(BaseModel):
     key: str = Field(description="Unique, made by the server at install.")
     name: str = Field(description="Unique (case-insensitively); graphs may name the model by it.")
     family: ModelFamily = Field(description="The model family: which nodes can use it.")
-    type: str = Field(description="main (a whole pipeline) or a single component such as transformer.")
+    type: str = Field(
+        description="main (a whole pipeline), or the type of the one component a single file holds, in InvokeAI's "
+        "words: transformer, vae, qwen3_encoder ..."
+    )
     format: ModelFormat = Field(description="diffusers (a pipeline folder), checkpoint (one safetensors), gguf.")
     path: str = Field(description="Where the model is on the server's disk.")
     size: int = Field(description="Bytes on disk.")

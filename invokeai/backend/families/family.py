@@ -49,10 +49,17 @@ class FileRule:
     """How one kind of single file of the family is recognised, checked and loaded.
 
     `container` is what the bytes are ("safetensors" or "gguf"); `format` what records call the result
-    ("checkpoint" or "gguf"); `type` "main" (a whole pipeline in one file) or "transformer" (one component).
+    ("checkpoint" or "gguf"); `type` "main" (a whole pipeline in one file) or the type of the one component it holds,
+    as records and clients call it (InvokeAI's model types: "transformer", "vae", "qwen3_encoder" ...); a family's
+    rules differ in (format, type), which is how the loader finds a record's rule. `components` are the pipeline
+    components the file provides (a lone component's others, such as a text encoder's tokenizer, come from the
+    installed pipeline the model manager pairs it with).
     `matches(names)` says whether a file with these tensor names is this kind (markers only, no shapes);
     `canonical_name` maps a tensor name to the names `signature` uses (the file may be in the original layout);
-    `signature(variant)` gives the shapes a file made for that shipped config has.
+    `signature(variant)` gives the shapes a file made for that shipped config has. `refusal(shapes)` (canonical
+    names) may say in words what a file this rule recognises by name but no shipped config fits is instead (a VAE
+    of 4 latent channels, a text encoder of another size); the probe's refusal leads with it. When another rule
+    also recognises the file, the probe tries it before refusing.
     """
 
     container: str
@@ -64,6 +71,7 @@ class FileRule:
     signature: Callable[[ConfigVariant], Signature]
     load: FileLoader
     canonical_name: Callable[[str], str] = str
+    refusal: Callable[[Mapping[str, tuple[int, ...]]], str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ loads through the family's file rule for its format, with configs from its shipp
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -29,7 +30,8 @@ def _file_rule(probe: ProbeResult) -> FileRule:
 
 
 def components_of(probe: ProbeResult) -> tuple[str, ...]:
-    """The components this model provides: a whole pipeline all of its family's, a lone transformer its own."""
+    """The components this model provides: a whole pipeline all of its family's, a lone component file (a
+    transformer, a VAE, a text encoder) those of its file rule."""
     if probe.format == "diffusers":
         return get_family(probe.family).components
     return _file_rule(probe).components
@@ -47,6 +49,28 @@ def architecture(probe: ProbeResult, component: str) -> dict[str, Any]:
     # Rewritten before the bookkeeping goes: a rewrite may depend on it (the version that wrote the file).
     config = _as_the_pipeline_runs(probe, component, config)
     return {key: value for key, value in config.items() if not key.startswith("_")}
+
+
+# What a transformers config.json says about who wrote it and the dtype it was saved in, not what the model computes.
+_WRITER_KEYS = frozenset({"architectures", "transformers_version", "dtype", "torch_dtype", "_name_or_path"})
+
+
+def comparable_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A component's config in a form in which two configs of one architecture are equal. A transformers model's
+    (its config names a `model_type`) is read through its config class, which brings a config.json that another
+    transformers version wrote to this version's form (`rope_theta` -> `rope_parameters`, `layer_types` filled in),
+    without the keys that say who wrote it and in what dtype (`architectures` included: a base model and its
+    language-model head share the body); any other config is returned as it is."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        return dict(config)
+    from transformers import AutoConfig
+
+    try:
+        normalised = AutoConfig.for_model(**config).to_dict()
+    except (ValueError, TypeError, KeyError):
+        return dict(config)  # a model type this transformers does not know: compared as written
+    return {key: value for key, value in normalised.items() if key not in _WRITER_KEYS}
 
 
 def pipeline_options(probe: ProbeResult) -> dict[str, Any]:

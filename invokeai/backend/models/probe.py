@@ -29,7 +29,7 @@ PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 class ProbeResult:
     path: Path
     family: str  # a registered family's name
-    type: str  # "main" (a whole pipeline) | "transformer"
+    type: str  # "main" (a whole pipeline) | the one component's type ("transformer", "vae" ...): FileRule.type
     format: str  # "diffusers" | "checkpoint" | "gguf"
     config_variant: str | None  # shipped config folder a single file loads with; None for a diffusers folder
     size: int  # bytes on disk (all files of a folder)
@@ -129,11 +129,20 @@ def _probe_file(path: Path) -> ProbeResult:
 def _probe_single_file(path: Path, size: int, container: str, tensors: dict, about: str = "") -> ProbeResult:
     """The family file rule for this container that recognises the tensor names, with its config variant."""
     rules = [(family, rule) for family in FAMILIES for rule in family.files]
+    refusals: list[str] = []
     for family, rule in rules:
         if rule.container == container and rule.matches(tensors):
-            shapes = {rule.canonical_name(name): tensor.shape for name, tensor in tensors.items()}
-            variant = match_variant(family.config_variants, shapes, rule.signature, f"{path.name} ({rule.what})")
+            shapes = {rule.canonical_name(name): tuple(tensor.shape) for name, tensor in tensors.items()}
+            try:
+                variant = match_variant(family.config_variants, shapes, rule.signature, f"{path.name} ({rule.what})")
+            except UnsupportedModelError as error:
+                # Recognised by name, refused by shape: another family's rule may still take the file.
+                note = rule.refusal(shapes) if rule.refusal is not None else None
+                refusals.append(f"{path.name}: {note} ({error})" if note else str(error))
+                continue
             return ProbeResult(path, family.name, rule.type, rule.format, variant.name, size)
+    if refusals:
+        raise UnsupportedModelError("; ".join(refusals))
     elsewhere = [rule for _, rule in rules if rule.container != container and rule.matches(tensors)]
     if elsewhere:
         rule = elsewhere[0]

@@ -72,7 +72,7 @@ class ModelRecordChanges(BaseModel):
 def list_models(
     services: AppServices,
     family: Annotated[ModelFamily | None, Query(description="Only models of this family.")] = None,
-    type: Annotated[str | None, Query(description="Only models of this type (main, transformer).")] = None,
+    type: Annotated[str | None, Query(description="Only models of this type (main, transformer, vae ...).")] = None,
 ) -> ModelRecordList:
     """Installed models, by name."""
     return ModelRecordList(models=services.models.records.list(family=family, type=type))
