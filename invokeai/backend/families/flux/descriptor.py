@@ -1,5 +1,6 @@
 """The FLUX.1 family descriptor: diffusers FluxPipeline folders, single-file transformers in the Black Forest Labs
-names (safetensors, and GGUF in the common converters' layout), the demo models, the estimators and the nodes.
+names (safetensors, and GGUF in the common converters' layout), the VAE alone as Black Forest Labs ship it
+(ae.safetensors, original names), the demo models, the estimators and the nodes.
 
 Imports no diffusers or transformers at import time (the server imports every descriptor at startup).
 """
@@ -80,8 +81,16 @@ def _load_gguf(path: Path, variant: ConfigVariant, component: str, dtype: torch.
     return layout.load_bfl_gguf(path, variant, dtype)
 
 
+def _load_vae(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    return layout.load_original_vae(path, variant, dtype)
+
+
 def _matches(names: Iterable[str]) -> bool:
     return layout.is_bfl_transformer(names)
+
+
+def _matches_vae(names: Iterable[str]) -> bool:
+    return layout.is_original_vae(names)
 
 
 FILES = (
@@ -106,6 +115,19 @@ FILES = (
         signature=layout.transformer_signature,
         load=_load_gguf,
         canonical_name=layout.canonical_name,
+    ),
+    # ae.safetensors: the VAE alone in the original names (FLUX.1's downloads and Z-Image's). Its variant is the
+    # first whose VAE it fits: flux and flux-schnell have the same VAE, so a full-size one is recorded as flux.
+    FileRule(
+        container="safetensors",
+        format="checkpoint",
+        type="vae",
+        what="FLUX.1 VAE (ae.safetensors)",
+        components=("vae",),
+        matches=_matches_vae,
+        signature=layout.vae_signature,
+        load=_load_vae,
+        refusal=layout.vae_refusal,
     ),
 )
 

@@ -254,3 +254,83 @@ def load_bfl_gguf(path: Path, variant: ConfigVariant, dtype: torch.dtype) -> Any
     )
     dequantize_non_linear(model, dtype)
     return model
+
+
+# The FLUX.1 VAE as Black Forest Labs ship it (`ae.safetensors`, which Z-Image's downloads reuse): an AutoencoderKL
+# of 16 latent channels in the original (LDM) names, without quant_conv / post_quant_conv. The names alone are any
+# LDM VAE's (SD-1's and SDXL's too, with 4 latent channels); the shapes tell them apart.
+VAE_MARKERS = (
+    "encoder.conv_in.weight",
+    "encoder.down.0.block.0.conv1.weight",
+    "encoder.mid.attn_1.q.weight",
+    "encoder.conv_out.weight",
+    "decoder.conv_in.weight",
+    "decoder.mid.block_1.conv1.weight",
+    "decoder.up.0.block.0.conv1.weight",
+    "decoder.conv_out.weight",
+)
+
+
+def is_original_vae(names: Iterable[str]) -> bool:
+    present = set(names)
+    return all(marker in present for marker in VAE_MARKERS)
+
+
+def vae_signature(variant: ConfigVariant) -> Signature:
+    """Shapes (original names) a VAE file made for `variant`'s VAE config has: the latent channels (the encoder's
+    mean and log-variance, the decoder's input), the widths at both ends, the block and layer counts (last present,
+    next absent; the decoder's up blocks have one resnet more) and whether it has the quant convs."""
+    c = variant.component_config("vae")
+    widths, layers, latent = c["block_out_channels"], c["layers_per_block"], c["latent_channels"]
+    blocks = len(widths)
+    return {
+        "encoder.conv_out.weight": (2 * latent, widths[-1], 3, 3),
+        "decoder.conv_in.weight": (widths[-1], latent, 3, 3),
+        "encoder.conv_in.weight": (widths[0], c["in_channels"], 3, 3),
+        "decoder.conv_out.weight": (c["out_channels"], widths[0], 3, 3),
+        f"encoder.down.{blocks - 1}.block.{layers - 1}.conv2.weight": (widths[-1], widths[-1], 3, 3),
+        f"encoder.down.{blocks}.block.0.conv2.weight": None,
+        f"encoder.down.0.block.{layers}.conv2.weight": None,
+        f"decoder.up.0.block.{layers}.conv2.weight": (widths[0], widths[0], 3, 3),
+        f"decoder.up.0.block.{layers + 1}.conv2.weight": None,
+        "quant_conv.weight": (2 * latent, 2 * latent, 1, 1) if c.get("use_quant_conv", True) else None,
+        "post_quant_conv.weight": (latent, latent, 1, 1) if c.get("use_post_quant_conv", True) else None,
+    }
+
+
+def vae_refusal(shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    """What an original-layout VAE file that fits no shipped FLUX.1 config is, when its latent channels say it."""
+    from invokeai.backend.families.flux.constants import LATENT_CHANNELS
+
+    moments = shapes.get("encoder.conv_out.weight")
+    if not moments or moments[0] // 2 == LATENT_CHANNELS:
+        return None
+    return (
+        f"a VAE of {moments[0] // 2} latent channels (as SD-1's and SDXL's), not FLUX.1's VAE (ae.safetensors, "
+        f"{LATENT_CHANNELS} latent channels, which FLUX.1 and Z-Image take); a lone VAE file of "
+        f"{moments[0] // 2} latent channels is not supported"
+    )
+
+
+def write_original_vae(vae: torch.nn.Module, path: Path) -> None:
+    """An AutoencoderKL as one safetensors file in the original (LDM) names, as Black Forest Labs' ae.safetensors
+    is laid out (for fixtures: the demo's VAE as a downloaded one)."""
+    from invokeai.backend.models.original_sd_layout import (
+        VAE_RESNET_NAMES,
+        rename_to_original,
+        save_checkpoint,
+        vae_key_map,
+    )
+
+    config = dict(vae.config)  # type: ignore[attr-defined]
+    save_checkpoint(rename_to_original(vae.state_dict(), vae_key_map(config), "", VAE_RESNET_NAMES), path)
+
+
+def load_original_vae(path: Path, variant: ConfigVariant, dtype: torch.dtype) -> Any:
+    """An AutoencoderKL from an original-layout VAE file, configured by `variant`'s VAE config, on the CPU in
+    `dtype`; diffusers' single-file loader converts the names."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL.from_single_file(
+        str(path), config=str(variant.path), subfolder="vae", local_files_only=True, torch_dtype=dtype
+    )
