@@ -102,7 +102,12 @@ class ZImageModelLoaderInvocation(ZImageNode):
 
     def invoke(self, context: InvocationContext) -> ZImageModelLoaderOutput:
         record = family_model(context, self.model, ZIMAGE.name)
-        provider(context, record, "transformer")  # a model without one is refused here, not at denoise
+        # A model without a transformer (a lone text encoder file) is refused here, not paired with a pipeline's.
+        if "transformer" not in context.models.components(record):
+            raise ValueError(
+                f"model {record.name!r} is a Z-Image {record.type} without a transformer; name a Z-Image pipeline "
+                "or transformer file as the model (a text encoder goes in qwen3_encoder_model)"
+            )
         encoder = family_model(context, self.qwen3_encoder_model, ZIMAGE.name) if self.qwen3_encoder_model else record
         encoder = provider(context, encoder, "text_encoder")
         vae = context.models.resolve(self.vae_model) if self.vae_model else provider(context, record, "vae")

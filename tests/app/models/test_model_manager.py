@@ -163,6 +163,50 @@ def test_a_published_config_pairs_with_a_saved_one_listing_every_default(
     assert manager.companion(gguf, "vae").name == "demo-flux"  # the demo transformer still pairs with its own
 
 
+def test_a_lone_text_encoder_takes_the_tokenizer_of_a_pipeline_of_its_architecture(
+    manager: ModelManager, client: TestClient, built_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A Qwen3 text encoder file (ComfyUI's) holds no tokenizer: it pairs with the Z-Image pipeline whose text
+    encoder has its architecture, also when that pipeline's config.json was written by another transformers version
+    (rope_theta, torch_dtype, the causal-LM class) than the shipped config the file is read with."""
+    import json
+
+    from transformers import Qwen3Model
+
+    from invokeai.backend.families import config_variant
+    from invokeai.backend.families.zimage import layout
+
+    path = tmp_path / "qwen_3_4b-demo.safetensors"
+    layout.write_comfyui_text_encoder(
+        Qwen3Model.from_pretrained(built_models["demo-zimage"], subfolder="text_encoder"), path
+    )
+    response = install(client, path, name="qwen3-demo", inplace=True)
+    assert response.status_code == 201, response.text
+    encoder = ModelRecord(**response.json())
+    assert (encoder.family, encoder.type, encoder.format) == ("z-image", "qwen3_encoder", "checkpoint")
+    assert manager.components(encoder) == ["text_encoder"]
+    assert manager.companion(encoder, "tokenizer").name == "demo-zimage"
+    # A full-size pipeline, as far as pairing looks (its text encoder's config as Z-Image-Turbo publishes it); its
+    # name sorts first, and the tiny encoder still pairs with the demo.
+    published = dict(config_variant("z-image").component_config("text_encoder"))
+    published |= {"rope_theta": 1000000, "torch_dtype": "bfloat16", "transformers_version": "4.51.0"}
+    published |= {"architectures": ["Qwen3ForCausalLM"], "rope_scaling": None}
+    del published["rope_parameters"], published["dtype"]
+    folder = tmp_path / "z-image-turbo"
+    (folder / "text_encoder").mkdir(parents=True)
+    (folder / "text_encoder" / "config.json").write_text(json.dumps(published), encoding="utf-8")
+    demo = manager.resolve(ModelIdentifier(name="demo-zimage"))
+    turbo = manager.records.add(demo.model_copy(update={"key": "turbo", "name": "aa-turbo", "path": str(folder)}))
+    assert manager.companion(encoder, "tokenizer").name == "demo-zimage"
+    full = manager.records.add(
+        encoder.model_copy(update={"key": "qwen3-4b", "name": "qwen3-4b", "config_variant": "z-image"})
+    )
+    assert manager.companion(full, "tokenizer") == turbo
+    manager.records.delete(turbo.key)
+    with pytest.raises(ModelNotFoundError, match=r"no installed z-image pipeline was made for its text_encoder"):
+        manager.companion(full, "tokenizer")
+
+
 def test_deleting_a_model_drops_what_was_loaded(manager: ModelManager, client: TestClient) -> None:
     sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
     krea2 = manager.resolve(ModelIdentifier(name="demo-krea2"))

@@ -1,5 +1,6 @@
 """The Z-Image family descriptor: diffusers ZImagePipeline folders, single-file transformers in the original
-(Tongyi-MAI / ComfyUI) names as safetensors and GGUF, the demo models, the estimators and the nodes.
+(Tongyi-MAI / ComfyUI) names as safetensors and GGUF, the Qwen3 text encoder as ComfyUI's single file, the demo
+models, the estimators and the nodes.
 
 Imports no diffusers or transformers at import time (the server imports every descriptor at startup).
 """
@@ -88,23 +89,55 @@ def _load_gguf(path: Path, variant: ConfigVariant, component: str, dtype: torch.
     return layout.load_gguf(path, variant, dtype)
 
 
+def _load_text_encoder(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    return layout.load_text_encoder(path, variant, dtype)
+
+
 def _matches(names: Iterable[str]) -> bool:
     return layout.is_transformer(names)
 
 
-FILES = tuple(
+def _matches_text_encoder(names: Iterable[str]) -> bool:
+    return layout.is_text_encoder(names)
+
+
+def _text_encoder_refusal(shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    return layout.text_encoder_refusal(shapes, CONFIG_VARIANTS)
+
+
+# ComfyUI's split files: the transformer (diffusion_models/, or GGUF), the Qwen3 text encoder (text_encoders/
+# qwen_3_4b.safetensors, recorded as InvokeAI's qwen3_encoder; its tokenizer comes from the installed Z-Image
+# pipeline whose text encoder has its architecture) and the VAE (vae/ae.safetensors: FLUX.1's, that family's file).
+FILES = (
+    *(
+        FileRule(
+            container=container,
+            format=format,
+            type="transformer",
+            what="Z-Image transformer",
+            components=("transformer",),
+            matches=_matches,
+            signature=layout.transformer_signature,
+            load=load,
+            canonical_name=layout.canonical_name,
+        )
+        for container, format, load in (
+            ("safetensors", "checkpoint", _load_checkpoint),
+            ("gguf", "gguf", _load_gguf),
+        )
+    ),
     FileRule(
-        container=container,
-        format=format,
-        type="transformer",
-        what="Z-Image transformer",
-        components=("transformer",),
-        matches=_matches,
-        signature=layout.transformer_signature,
-        load=load,
-        canonical_name=layout.canonical_name,
-    )
-    for container, format, load in (("safetensors", "checkpoint", _load_checkpoint), ("gguf", "gguf", _load_gguf))
+        container="safetensors",
+        format="checkpoint",
+        type="qwen3_encoder",
+        what="Qwen3 text encoder (ComfyUI's qwen_3_4b.safetensors)",
+        components=("text_encoder",),
+        matches=_matches_text_encoder,
+        signature=layout.text_encoder_signature,
+        load=_load_text_encoder,
+        canonical_name=layout.text_encoder_name,
+        refusal=_text_encoder_refusal,
+    ),
 )
 
 
