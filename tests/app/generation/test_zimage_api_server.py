@@ -3,7 +3,8 @@ demo-zimage-gguf at its first start), with InvokeAI's node types: the example gr
 ZImagePipeline's image on demo-zimage (also with CFG over a negative prompt of another length, and a prompt over the
 512-token padding), image-to-image through z_image_i2l equals ZImageImg2ImgPipeline's image, attention is counted
 under every Z-Image node type, a ComfyUI single-file transformer installed through the models API runs paired with
-demo-zimage's encoder and VAE, and a cancel stops the denoise."""
+demo-zimage's encoder and VAE, ComfyUI's three split files (diffusion model, Qwen3 text encoder, FLUX.1's ae VAE)
+installed through the models API make demo-zimage's image, and a cancel stops the denoise."""
 
 from __future__ import annotations
 
@@ -234,6 +235,76 @@ def test_a_comfyui_single_file_transformer_runs_as_demo_zimage(
     body["batch"]["graph"]["nodes"]["denoise"].update(seed=7)
     item, _ = run(client, body)
     assert max_diff(image_of(client, item), stock_image(stock_pipe, body)) <= 1
+
+
+def test_comfyuis_three_split_files_run_as_demo_zimage(client: httpx.Client, stock_pipe: Any, tmp_path: Path) -> None:
+    """demo-zimage as ComfyUI's split download: the diffusion model (original names under model.diffusion_model.),
+    the Qwen3 text encoder (text_encoders/qwen_3_4b.safetensors: transformers' names under model.) and FLUX.1's VAE
+    (vae/ae.safetensors: original LDM names), each installed through the models API, make the pipeline's image with
+    the loader naming each file; the encoder's tokenizer is the pipeline's whose text encoder it matches."""
+    from diffusers import AutoencoderKL, ZImageTransformer2DModel
+    from transformers import Qwen3Model
+
+    from invokeai.backend.families.flux import layout as flux_layout
+    from invokeai.backend.families.zimage import layout
+
+    folder = Path(models(client)["demo-zimage"]["path"])
+    files = {
+        "zimage-split-model": tmp_path / "z_image_demo_bf16.safetensors",
+        "zimage-split-qwen3": tmp_path / "qwen_3_4b.safetensors",
+        "zimage-split-ae": tmp_path / "ae.safetensors",
+    }
+    transformer = ZImageTransformer2DModel.from_pretrained(folder / "transformer")
+    layout.write_original_safetensors(transformer, files["zimage-split-model"], prefix=layout.PREFIX)
+    encoder = Qwen3Model.from_pretrained(folder, subfolder="text_encoder")
+    layout.write_comfyui_text_encoder(encoder, files["zimage-split-qwen3"])
+    flux_layout.write_original_vae(AutoencoderKL.from_pretrained(folder, subfolder="vae"), files["zimage-split-ae"])
+    expected = {
+        "zimage-split-model": ("z-image", "transformer", "checkpoint", "zimage-demo"),
+        "zimage-split-qwen3": ("z-image", "qwen3_encoder", "checkpoint", "zimage-demo"),
+        "zimage-split-ae": ("flux", "vae", "checkpoint", "flux-demo"),
+    }
+    for name, path in files.items():
+        response = client.post("/api/v2/models/install", json={"source": str(path), "name": name})
+        assert response.status_code == 201, response.text
+    installed = models(client)
+    for name, kind in expected.items():
+        assert tuple(installed[name][k] for k in ("family", "type", "format", "config_variant")) == kind, name
+    listed = client.get("/api/v2/models/", params={"type": "qwen3_encoder"}).json()["models"]
+    assert [model["name"] for model in listed] == ["zimage-split-qwen3"]
+    body = copy.deepcopy(example("z_image_text_to_image"))
+    nodes = body["batch"]["graph"]["nodes"]
+    nodes["loader"].update(
+        model={"name": "zimage-split-model"},
+        qwen3_encoder_model={"name": "zimage-split-qwen3"},
+        vae_model={"name": "zimage-split-ae"},
+    )
+    nodes["denoise"].update(seed=13)
+    item, _ = run(client, body)
+    loader = item["session"]["results"]["loader"]
+    keys = {name: installed[name]["key"] for name in (*files, "demo-zimage")}
+    assert loader["transformer"]["transformer"] == {"key": keys["zimage-split-model"], "name": None}
+    assert loader["qwen3_encoder"]["text_encoder"] == {"key": keys["zimage-split-qwen3"], "name": None}
+    assert loader["qwen3_encoder"]["tokenizer"] == {"key": keys["demo-zimage"], "name": None}
+    assert loader["vae"]["vae"] == {"key": keys["zimage-split-ae"], "name": None}
+    assert max_diff(image_of(client, item), stock_image(stock_pipe, body)) <= 1
+    # The text encoder file is no model to generate with: the loader says so rather than borrow a transformer.
+    nodes["loader"]["model"] = {"name": "zimage-split-qwen3"}
+    item = run_to_the_end(client, body)
+    assert item["status"] == "failed"
+    assert "is a Z-Image qwen3_encoder without a transformer" in item["error_message"]
+
+
+def run_to_the_end(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    """Enqueue one batch and poll its item until it finishes, whatever its status."""
+    response = client.post(f"{QUEUE}/enqueue_batch", json=body)
+    [item_id] = response.json()["item_ids"]
+    for _ in range(600):
+        item: dict[str, Any] = client.get(f"{QUEUE}/i/{item_id}").json()
+        if item["status"] in FINISHED:
+            break
+        time.sleep(0.1)
+    return item
 
 
 def test_a_vae_model_without_z_images_latent_channels_is_refused(client: httpx.Client) -> None:
