@@ -203,14 +203,17 @@ def test_the_families_come_from_the_endpoint(ui_server: UiServer, page: Page, tm
     fake = {**template, "key": "ui-test-loader-key", "name": LOADER_MODEL, "family": LOADER_FAMILY["name"]}
     # A model of a family the answer does not list is not offered.
     stray = {**template, "key": "ui-test-stray-key", "name": "ui-test-stray-model", "family": "ui-test-unlisted"}
+    # Nor is a lone part of a listed family (a text encoder or VAE file): graphs name it beside a model.
+    part = {**fake, "key": "ui-test-part-key", "name": "ui-test-vae-file", "type": "vae", "format": "checkpoint"}
     caught = _catch_enqueues(page)
     page.route("**/api/v1/app/families", lambda route: route.fulfill(json=answer))
-    listed = {**models, "models": [*models["models"], fake, stray]}
+    listed = {**models, "models": [*models["models"], fake, stray, part]}
     page.route("**/api/v2/models/", lambda route: route.fulfill(json=listed))
     page.goto(ui_server.base + "/")
     assert _picker_groups(page) == [f["label"] for f in answer]
     picker = page.get_by_role("combobox", name="Model", exact=True)
     expect(picker.locator("option", has_text="ui-test-stray-model")).to_have_count(0)
+    expect(picker.locator("option", has_text="ui-test-vae-file")).to_have_count(0)
     group = picker.locator(f"optgroup[label='{LOADER_FAMILY['label']}'] option")
     expect(group).to_have_text([LOADER_MODEL])
 

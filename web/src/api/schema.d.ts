@@ -2130,7 +2130,7 @@ export interface components {
             family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image";
             /**
              * Type
-             * @description main (a whole pipeline) or a single component such as transformer.
+             * @description main (a whole pipeline), or the type of the one component a single file holds, in InvokeAI's words: transformer, vae, qwen3_encoder ...
              */
             type: string;
             /**
@@ -4411,7 +4411,7 @@ export interface operations {
             query?: {
                 /** @description Only models of this family. */
                 family?: ("sd-1" | "krea2" | "flux" | "sdxl" | "z-image") | null;
-                /** @description Only models of this type (main, transformer). */
+                /** @description Only models of this type (main, transformer, vae ...). */
                 type?: string | null;
             };
             header?: never;

@@ -80,10 +80,12 @@ function NumberField(props: {
 
 /**
  * Whether a model can be picked: of a family the server lists, and a main pipeline or a lone transformer with a
- * pipeline of its family beside it.
+ * pipeline of its family beside it (a lone text encoder or VAE is a part a graph names beside a model, not one to
+ * generate with).
  */
 function usable(m: ModelRecord, models: ModelRecord[], families: Family[] | null): boolean {
-  return !!familyOf(families, m.family) && (m.type === "main" || models.some((x) => x.family === m.family && x.type === "main"));
+  if (!familyOf(families, m.family)) return false;
+  return m.type === "main" || (m.type === "transformer" && models.some((x) => x.family === m.family && x.type === "main"));
 }
 
 export function GeneratePage() {
@@ -100,25 +102,37 @@ export function GeneratePage() {
   const i2i = !!(family && supportsImageToImage(family));
   const strength = family ? strengthLimits(family, specs) : { minimum: 0, maximum: 1 };
 
-  const applyFamilyDefaults = (m: ModelRecord | undefined, f: GenerateSettings): GenerateSettings => {
-    const fam = familyOf(families, m?.family);
-    if (!fam || !specs) return f;
+  /** The size and sampler fitted to the family's denoise node schema (once the schemas are known). */
+  const fitToSchema = (fam: Family, f: GenerateSettings): GenerateSettings => {
+    if (!specs) return f;
     const d = (field: string) => denoiseSpec(fam, specs, field);
     const schedulers = schedulerChoices(fam, specs);
     return {
       ...f,
-      model: m!.key,
       width: clampToSpec(f.width, d("width")),
       height: clampToSpec(f.height, d("height")),
-      guidance: fam.defaults.guidance,
       scheduler: schedulers.includes(f.scheduler) ? f.scheduler : String(d("scheduler")?.default ?? schedulers[0] ?? ""),
-      sourceImage: supportsImageToImage(fam) ? f.sourceImage : null,
     };
   };
 
-  // The first model, once the models and node schemas are known; the family's defaults come with it.
+  const applyFamilyDefaults = (m: ModelRecord | undefined, f: GenerateSettings): GenerateSettings => {
+    const fam = familyOf(families, m?.family);
+    if (!fam || !m) return f;
+    // The family's facts come with the families; the schema's limits may arrive later (the effect below).
+    return fitToSchema(fam, {
+      ...f,
+      model: m.key,
+      guidance: fam.defaults.guidance,
+      sourceImage: supportsImageToImage(fam) ? f.sourceImage : null,
+    });
+  };
+
+  // The first model, once the models and families are known, with its family's defaults; and the size and sampler
+  // fitted again when the node schemas arrive, also for a model picked before they did.
   useEffect(() => {
-    if (!form.model && model && specs) setForm((f) => applyFamilyDefaults(model, f));
+    // The updater checks the model again: a pick made between this render and the effect must stand.
+    if (!form.model && model) setForm((f) => (f.model ? f : applyFamilyDefaults(model, f)));
+    else if (family && specs) setForm((f) => fitToSchema(family, f));
   }, [model?.key, specs, families]);
 
   // "Use these settings" from the gallery.
