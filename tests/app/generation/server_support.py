@@ -1,13 +1,18 @@
-"""What the tests against a real server share: the example graphs, enqueueing one, reading an item back."""
+"""What the tests against a real server share: the example graphs, enqueueing one and waiting for it with its events,
+reading an item, its image and the model records back, comparing images."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
+from httpx_sse import connect_sse
+from PIL import Image
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "docs" / "examples"
 QUEUE = "/api/v1/queue/default"
@@ -35,3 +40,58 @@ def enqueue(client: httpx.Client, body: dict[str, Any]) -> int:
 def item_of(client: httpx.Client, item_id: int) -> dict[str, Any]:
     item: dict[str, Any] = client.get(f"{QUEUE}/i/{item_id}").json()
     return item
+
+
+def run(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """Enqueue one batch and wait for its item: (the completed item, its events in order)."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+        item_id = enqueue(client, body)
+        for sse in source.iter_sse():
+            payload = json.loads(sse.data)
+            if payload.get("item_id") == item_id:
+                events.append((sse.event, payload))
+                if sse.event == "queue_item_status_changed" and payload["status"] in FINISHED:
+                    break
+    item = item_of(client, item_id)
+    assert item["status"] == "completed", (item.get("error_type"), item.get("error_message"))
+    return item, events
+
+
+def image_of(client: httpx.Client, item: dict[str, Any], node: str = "decode") -> Image.Image:
+    """The RGB image the item's `node` made, as the server serves it (a PNG)."""
+    name = item["session"]["results"][node]["image"]["image_name"]
+    with Image.open(io.BytesIO(client.get(f"/api/v1/images/i/{name}/full").content)) as png:
+        assert png.format == "PNG"
+        return png.convert("RGB")
+
+
+def models(client: httpx.Client) -> dict[str, dict[str, Any]]:
+    """The installed model records by name."""
+    return {m["name"]: m for m in client.get("/api/v2/models/").json()["models"]}
+
+
+def max_diff(a: Image.Image, b: Image.Image) -> int:
+    """The largest difference of any pixel channel, in 1/255 steps."""
+    assert a.size == b.size
+    return int(np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).max())
+
+
+def cancel_mid_denoise(client: httpx.Client, body: dict[str, Any], after_steps: int = 3) -> tuple[dict[str, Any], int]:
+    """Run `body` with its denoise node set to 1000 steps, cancel the item once `after_steps` steps were reported,
+    and wait for it to end: (the item, the steps reported)."""
+    body = json.loads(json.dumps(body))
+    body["batch"]["graph"]["nodes"]["denoise"]["steps"] = 1000
+    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
+        item_id = enqueue(client, body)
+        steps_seen = 0
+        for sse in source.iter_sse():
+            payload = json.loads(sse.data)
+            if sse.event == "invocation_progress" and payload["item_id"] == item_id:
+                steps_seen += 1
+                if steps_seen == after_steps:
+                    assert client.put(f"{QUEUE}/i/{item_id}/cancel").json()["status"] == "canceled"
+            if sse.event == "queue_item_status_changed" and payload["item_id"] == item_id:
+                if payload["status"] in FINISHED:
+                    break
+    return item_of(client, item_id), steps_seen

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 from PIL import Image
-from server_support import FINISHED, QUEUE, enqueue, example, item_of
+from server_support import FINISHED, QUEUE, cancel_mid_denoise, enqueue, example, item_of
 
 from invokeai.backend.families.registry import FAMILIES
 
@@ -97,21 +97,7 @@ def test_attention_calls_are_counted_under_every_node_type_that_attends(
 
 
 def test_a_cancel_mid_denoise_ends_the_item_canceled(client: httpx.Client) -> None:
-    body = copy.deepcopy(example("sd_text_to_image"))
-    body["batch"]["graph"]["nodes"]["denoise"]["steps"] = 1000
-    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
-        item_id = enqueue(client, body)
-        steps_seen = 0
-        for sse in source.iter_sse():
-            payload = json.loads(sse.data)
-            if sse.event == "invocation_progress" and payload["item_id"] == item_id:
-                steps_seen += 1
-                if steps_seen == 3:
-                    assert client.put(f"{QUEUE}/i/{item_id}/cancel").json()["status"] == "canceled"
-            if sse.event == "queue_item_status_changed" and payload["item_id"] == item_id:
-                if payload["status"] in FINISHED:
-                    break
-    item = item_of(client, item_id)
+    item, steps_seen = cancel_mid_denoise(client, example("sd_text_to_image"))
     assert (item["status"], item["cancel_reason"]) == ("canceled", "canceled by request")
     # The denoise stopped part way: it never returned, and its steps stopped well short of the total.
     assert "denoise" not in item["session"]["results"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import io
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,46 +17,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from httpx_sse import connect_sse
 from PIL import Image
-from server_support import FINISHED, QUEUE, example
+from server_support import FINISHED, QUEUE, cancel_mid_denoise, example, image_of, max_diff, models, run
 
 EXAMPLES = ("z_image_text_to_image", "z_image_gguf_text_to_image", "z_image_image_to_image")
 LONG_PROMPT = "a lighthouse on a rocky cliff at sunset, oil painting, " * 60
-
-
-def run(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """Enqueue one batch and wait for its item: (the finished item, its events in order)."""
-    events: list[tuple[str, dict[str, Any]]] = []
-    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
-        response = client.post(f"{QUEUE}/enqueue_batch", json=body)
-        assert response.status_code == 201, response.text
-        [item_id] = response.json()["item_ids"]
-        for sse in source.iter_sse():
-            payload = json.loads(sse.data)
-            if payload.get("item_id") == item_id:
-                events.append((sse.event, payload))
-                if sse.event == "queue_item_status_changed" and payload["status"] in FINISHED:
-                    break
-    item: dict[str, Any] = client.get(f"{QUEUE}/i/{item_id}").json()
-    assert item["status"] == "completed", (item.get("error_type"), item.get("error_message"))
-    return item, events
-
-
-def image_of(client: httpx.Client, item: dict[str, Any], node: str = "decode") -> Image.Image:
-    name = item["session"]["results"][node]["image"]["image_name"]
-    with Image.open(io.BytesIO(client.get(f"/api/v1/images/i/{name}/full").content)) as png:
-        assert png.format == "PNG"
-        return png.convert("RGB")
-
-
-def models(client: httpx.Client) -> dict[str, dict[str, Any]]:
-    return {m["name"]: m for m in client.get("/api/v2/models/").json()["models"]}
-
-
-def max_diff(a: Image.Image, b: Image.Image) -> int:
-    assert a.size == b.size
-    return int(np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).max())
 
 
 @pytest.fixture(scope="module")
@@ -322,22 +286,8 @@ def test_a_vae_model_without_z_images_latent_channels_is_refused(client: httpx.C
 
 
 def test_a_cancel_mid_denoise_ends_the_z_image_item_canceled(client: httpx.Client) -> None:
-    body = copy.deepcopy(example("z_image_text_to_image"))
-    body["batch"]["graph"]["nodes"]["denoise"]["steps"] = 1000
-    with connect_sse(client, "GET", f"{QUEUE}/events") as source:
-        response = client.post(f"{QUEUE}/enqueue_batch", json=body)
-        [item_id] = response.json()["item_ids"]
-        steps_seen = 0
-        for sse in source.iter_sse():
-            payload = json.loads(sse.data)
-            if sse.event == "invocation_progress" and payload["item_id"] == item_id:
-                steps_seen += 1
-                if steps_seen == 3:
-                    assert client.put(f"{QUEUE}/i/{item_id}/cancel").json()["status"] == "canceled"
-            if sse.event == "queue_item_status_changed" and payload["item_id"] == item_id:
-                if payload["status"] in FINISHED:
-                    break
-    item = client.get(f"{QUEUE}/i/{item_id}").json()
+    item, steps_seen = cancel_mid_denoise(client, example("z_image_text_to_image"))
     assert item["status"] == "canceled"
+    # The denoise stopped part way: it never returned, and its steps stopped well short of the total.
     assert "denoise" not in item["session"]["results"]
     assert 3 <= steps_seen < 100
