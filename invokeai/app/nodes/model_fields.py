@@ -6,9 +6,9 @@ queue item's results stay small JSON and a tensor is read only by the node that 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, InputField, OutputField
 from invokeai.app.services.model_records import ModelIdentifier
@@ -21,6 +21,7 @@ __all__ = [
     "LatentsOutput",
     "ModelIdentifier",
     "ModelInputField",
+    "NoLoras",
     "TransformerField",
     "VAEField",
 ]
@@ -44,6 +45,21 @@ class LatentsField(BaseModel):
     latents_name: str = Field(description="The name of the latents tensor in the tensor store")
 
 
+def _none_yet(what: str) -> Any:
+    """A list InvokeAI's handles carry that this server does not act on yet: accepted empty, refused otherwise with
+    what is missing (rather than run without what the client asked for)."""
+
+    def check(items: list[Any]) -> list[Any]:
+        if items:
+            raise ValueError(f"{what} are not supported by this server yet; send an empty list")
+        return items
+
+    return AfterValidator(check)
+
+
+NoLoras = Annotated[list[dict[str, Any]], _none_yet("LoRAs"), Field(json_schema_extra={"maxItems": 0})]
+
+
 class TransformerField(BaseModel):
     """InvokeAI's handle on a model's transformer, as its model-loader nodes pass it to a denoise node: the model
     that provides the component (a pipeline, or a lone transformer file)."""
@@ -51,9 +67,7 @@ class TransformerField(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     transformer: ModelIdentifier = Field(description="The model whose transformer this is")
-    loras: list[dict[str, Any]] = Field(
-        default_factory=list, max_length=0, description="InvokeAI's LoRAs; this server takes none yet (empty)"
-    )
+    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
 
 
 class VAEField(BaseModel):
@@ -62,8 +76,8 @@ class VAEField(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vae: ModelIdentifier = Field(description="The model whose VAE this is")
-    seamless_axes: list[str] = Field(
-        default_factory=list, max_length=0, description="InvokeAI's seamless tiling axes; this server tiles none yet"
+    seamless_axes: Annotated[list[str], _none_yet("seamless tiling axes"), Field(json_schema_extra={"maxItems": 0})] = (
+        Field(default_factory=list, description="InvokeAI's seamless tiling axes; this server tiles none yet")
     )
 
 

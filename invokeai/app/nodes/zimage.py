@@ -21,6 +21,7 @@ from invokeai.app.nodes.model_fields import (
     LatentsField,
     LatentsOutput,
     ModelIdentifier,
+    NoLoras,
     TransformerField,
     VAEField,
 )
@@ -58,7 +59,7 @@ class Qwen3EncoderField(BaseModel):
 
     tokenizer: ModelIdentifier = Field(description="The model whose tokenizer this is")
     text_encoder: ModelIdentifier = Field(description="The model whose Qwen3 text encoder this is")
-    loras: list[dict] = Field(default_factory=list, max_length=0, description="LoRAs; this server takes none yet")
+    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
 
 
 class ZImageConditioningField(BaseModel):

@@ -43,3 +43,13 @@ def test_sizes_off_the_familys_multiple_are_refused_naming_it(family: Family) ->
         denoise.model_validate({**fields, "height": 4 * multiple + multiple // 2})
     with pytest.raises(ValidationError, match=rf"width\n  Input should be greater than or equal to {multiple}"):
         denoise.model_validate({**fields, "width": 0})
+
+
+def test_invokeai_handles_refuse_what_this_server_does_not_do_yet_naming_it() -> None:
+    from invokeai.app.nodes.model_fields import TransformerField, VAEField
+
+    assert TransformerField(transformer={"name": "m"}, loras=[]).loras == []
+    with pytest.raises(ValidationError, match="LoRAs are not supported by this server yet"):
+        TransformerField(transformer={"name": "m"}, loras=[{"lora": {"name": "l"}, "weight": 0.75}])
+    with pytest.raises(ValidationError, match="seamless tiling axes are not supported by this server yet"):
+        VAEField(vae={"name": "m"}, seamless_axes=["x"])

@@ -2417,7 +2417,7 @@ export interface components {
             text_encoder: components["schemas"]["ModelIdentifier"];
             /**
              * Loras
-             * @description LoRAs; this server takes none yet
+             * @description InvokeAI's LoRAs; this server takes none yet (empty)
              */
             loras?: {
                 [key: string]: unknown;
