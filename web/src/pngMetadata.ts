@@ -1,4 +1,4 @@
-/** Reads the tEXt / uncompressed iTXt chunks of a PNG: the server puts the generating graph in `invokeai_metadata`. */
+/** Reads the tEXt / uncompressed iTXt chunks of a PNG: the server puts the generating graph in `invokeai_graph`. */
 export function pngTextChunks(bytes: ArrayBuffer): Record<string, string> {
   const view = new DataView(bytes);
   const out: Record<string, string> = {};

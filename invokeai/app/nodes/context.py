@@ -33,6 +33,8 @@ class InvocationContext:
         node_type: str,
         graph: dict[str, Any],
         images: ImageService,
+        workflow: str | None = None,
+        is_intermediate: bool = False,
         on_progress: Callable[[int, int, Callable[[], Image.Image] | None], None],
         is_canceled: Callable[[], bool],
         models: ModelManager | None = None,
@@ -44,6 +46,8 @@ class InvocationContext:
         self.node_id = node_id
         self.node_type = node_type
         self.graph = graph
+        self.workflow = workflow
+        self.is_intermediate = is_intermediate
         self.images = images
         self._on_progress = on_progress
         self._is_canceled = is_canceled
@@ -74,18 +78,19 @@ class InvocationContext:
         self.check_canceled()
         self._on_progress(step, total, preview)
 
-    def save_image(self, image: Image.Image) -> ImageField:
-        """Store a generated image with the graph and node that made it embedded in the PNG."""
-        metadata = {
-            "graph": self.graph,
-            "node_id": self.node_id,
-            "node_type": self.node_type,
-            "session_id": self.session_id,
-            "queue_id": self.queue_id,
-            "item_id": self.item_id,
-        }
+    def save_image(self, image: Image.Image, metadata: dict[str, Any] | None = None) -> ImageField:
+        """Store a generated image, recorded with the session and node that made it, with the graph, the batch's
+        workflow and `metadata` (the generation's settings: InvokeAI's core_metadata) embedded in the PNG. An
+        image of a node marked is_intermediate is kept out of the gallery's lists, as InvokeAI does."""
         record = self.images.save(
-            image, origin="generated", session_id=self.session_id, node_id=self.node_id, metadata=metadata
+            image,
+            origin="generated",
+            session_id=self.session_id,
+            node_id=self.node_id,
+            metadata=metadata,
+            workflow=self.workflow,
+            graph=self.graph,
+            is_intermediate=self.is_intermediate,
         )
         return ImageField(image_name=record.image_name)
 

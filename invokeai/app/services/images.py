@@ -21,7 +21,11 @@ from invokeai.app.services.timestamps import now_iso
 # Names are generated here (uuid4 hex); anything else cannot name a stored image, which is what keeps paths
 # built from client input inside outputs_dir.
 IMAGE_NAME_PATTERN = re.compile(r"^[0-9a-f]{32}\.png$")
+# The PNG text chunks InvokeAI writes, so that its clients (and anything reading its images) read these the same:
+# the generation's settings (core_metadata), the workflow a client sent with the batch, and the graph that ran.
 METADATA_KEY = "invokeai_metadata"
+WORKFLOW_KEY = "invokeai_workflow"
+GRAPH_KEY = "invokeai_graph"
 THUMBNAIL_SIZE = 256
 THUMBNAILS_DIR = "thumbnails"
 # Files being written are named so; one left by a kill mid-write is never a recorded image.
@@ -33,6 +37,8 @@ _OBJECT_REPR = re.compile(r"<[^<>]* object at 0x[0-9A-Fa-f]+>")
 DEFAULT_MAX_UPLOAD_PIXELS = 8192 * 8192
 
 Origin = Literal["generated", "uploaded"]
+# InvokeAI's image categories: what the image is for (user uploads, masks, control images...).
+ImageCategory = Literal["general", "mask", "control", "user", "other"]
 
 
 class ImageRecord(BaseModel):
@@ -43,6 +49,11 @@ class ImageRecord(BaseModel):
     origin: Origin = Field(description="Made by a node, or uploaded by a client")
     session_id: str | None = Field(default=None, description="The session whose graph made the image")
     node_id: str | None = Field(default=None, description="The node that made the image")
+    image_category: ImageCategory = Field(default="general", description="What the image is for, as InvokeAI's")
+    is_intermediate: bool = Field(
+        default=False, description="A step of a graph rather than its result: kept out of the gallery's lists"
+    )
+    has_workflow: bool = Field(default=False, description="Whether a workflow was stored with the image")
 
 
 class ImageNotFoundError(KeyError):
@@ -96,10 +107,14 @@ def _row_to_record(row: Row) -> ImageRecord:
         origin=row["origin"],
         session_id=row["session_id"],
         node_id=row["node_id"],
+        image_category=row["image_category"],
+        is_intermediate=bool(row["is_intermediate"]),
+        has_workflow=bool(row["has_workflow"]),
     )
 
 
-_RECORD_COLUMNS = "image_name, width, height, created_at, origin, session_id, node_id"
+_STORED_COLUMNS = "image_name, width, height, created_at, origin, session_id, node_id, image_category, is_intermediate"
+_RECORD_COLUMNS = f"{_STORED_COLUMNS}, workflow IS NOT NULL AS has_workflow"
 
 
 class ImageService:
@@ -127,16 +142,25 @@ class ImageService:
         session_id: str | None = None,
         node_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        workflow: str | None = None,
+        graph: dict[str, Any] | None = None,
+        image_category: ImageCategory = "general",
+        is_intermediate: bool = False,
     ) -> ImageRecord:
-        """Store `image` as a new PNG with `metadata` (JSON) in its text chunk, and record it."""
+        """Store `image` as a new PNG and record it. Each of `metadata` (the generation's settings, JSON), `workflow`
+        (a client's workflow, JSON text kept as sent) and `graph` goes in the PNG text chunk InvokeAI names for it,
+        and in the record."""
         if origin not in ("generated", "uploaded"):
             raise ValueError(f"origin must be 'generated' or 'uploaded', not {origin!r}")
         image = _png_ready(image)
         name = f"{uuid.uuid4().hex}.png"
         metadata_json = json.dumps(metadata, default=str) if metadata is not None else None
+        graph_json = json.dumps(graph, default=str) if graph is not None else None
         pnginfo = PngImagePlugin.PngInfo()
-        if metadata_json is not None:
-            pnginfo.add_text(METADATA_KEY, metadata_json)
+        for key, text in ((METADATA_KEY, metadata_json), (WORKFLOW_KEY, workflow), (GRAPH_KEY, graph_json)):
+            if text is not None:
+                # iTXt (UTF-8): a prompt may hold any character, and tEXt is Latin-1.
+                pnginfo.add_itxt(key, text)
         path = self.outputs_dir / name
         _atomic_write(path, lambda handle: image.save(handle, format="PNG", pnginfo=pnginfo))
         record = ImageRecord(
@@ -147,11 +171,15 @@ class ImageService:
             origin=origin,
             session_id=session_id,
             node_id=node_id,
+            image_category=image_category,
+            is_intermediate=is_intermediate,
+            has_workflow=workflow is not None,
         )
         try:
             with self._db.transaction() as cursor:
                 cursor.execute(
-                    f"INSERT INTO images ({_RECORD_COLUMNS}, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO images ({_STORED_COLUMNS}, metadata, workflow, graph) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.image_name,
                         record.width,
@@ -160,7 +188,11 @@ class ImageService:
                         record.origin,
                         record.session_id,
                         record.node_id,
+                        record.image_category,
+                        record.is_intermediate,
                         metadata_json,
+                        workflow,
+                        graph_json,
                     ),
                 )
         except BaseException:
@@ -169,13 +201,22 @@ class ImageService:
             raise
         return record
 
-    def upload(self, data: bytes, filename: str | None) -> ImageRecord:
+    def upload(
+        self,
+        data: bytes,
+        filename: str | None,
+        *,
+        image_category: ImageCategory = "user",
+        is_intermediate: bool = False,
+    ) -> ImageRecord:
         """Store a client's image, re-encoded as PNG. Nothing is stored unless it decodes completely."""
         if len(data) > self.max_upload_bytes:
             raise ImageTooLargeError(f"the upload is {len(data)} bytes; the limit is {self.max_upload_bytes}")
         image = self._decode(data)
         metadata = {"uploaded_filename": filename[:255]} if filename else None
-        return self.save(image, origin="uploaded", metadata=metadata)
+        return self.save(
+            image, origin="uploaded", metadata=metadata, image_category=image_category, is_intermediate=is_intermediate
+        )
 
     def _decode(self, data: bytes) -> Image.Image:
         try:
@@ -221,16 +262,20 @@ class ImageService:
         raw = rows[0]["metadata"] if rows else None
         return json.loads(raw) if raw is not None else None
 
-    def list(self, offset: int = 0, limit: int = 50) -> tuple[list[ImageRecord], int]:
-        """One page of records, newest first, and the total number of images."""
+    def list(
+        self, offset: int = 0, limit: int = 50, *, is_intermediate: bool | None = None
+    ) -> tuple[list[ImageRecord], int]:
+        """One page of records, newest first, and the total number of images (of those `is_intermediate` picks,
+        when given)."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must not be negative")
+        where, params = ("WHERE is_intermediate = ?", (is_intermediate,)) if is_intermediate is not None else ("", ())
         # rowid: SQLite's insertion order; on PostgreSQL a column of that name (see migration 1).
         with self._db.read_transaction():
-            total = int(self._db.execute("SELECT COUNT(*) AS n FROM images")[0]["n"])
+            total = int(self._db.execute(f"SELECT COUNT(*) AS n FROM images {where}", params)[0]["n"])
             rows = self._db.execute(
-                f"SELECT {_RECORD_COLUMNS} FROM images ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
-                (limit, offset),
+                f"SELECT {_RECORD_COLUMNS} FROM images {where} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
             )
         return [_row_to_record(row) for row in rows], total
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from invokeai.app.services.database import Database, IntegrityError, Row
 from invokeai.app.services.timestamps import now_iso
@@ -29,15 +29,26 @@ MUTABLE_FIELDS = frozenset({"name", "description"})
 
 
 class ModelIdentifier(BaseModel):
-    """A model, named in a graph by its key or by its name (exactly one of them)."""
+    """A model, named in a graph by its key or by its name. InvokeAI's clients send its ModelIdentifierField, {key,
+    hash, name, base, type} with all of them set: the key then names the model, as in InvokeAI, and the rest is
+    what the client believed of it (kept, not checked)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     key: str | None = Field(default=None, description="The model's key, as GET /api/v2/models/ lists it.")
-    name: str | None = Field(default=None, description="The model's unique name, as GET /api/v2/models/ lists it.")
+    name: str | None = Field(
+        default=None,
+        description="The model's unique name, as GET /api/v2/models/ lists it; names the model when no key is given.",
+    )
+    hash: str | None = Field(default=None, description="InvokeAI's field: the model's hash, as the client knew it.")
+    base: str | None = Field(default=None, description="InvokeAI's field: the model's base, as the client knew it.")
+    type: str | None = Field(default=None, description="InvokeAI's field: the model's type, as the client knew it.")
+    submodel_type: str | None = Field(default=None, description="InvokeAI's field: a part of the model, or null.")
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> ModelIdentifier:
-        if (self.key is None) == (self.name is None):
-            raise ValueError("a model is named by exactly one of 'key' or 'name'")
+    def _named(self) -> ModelIdentifier:
+        if self.key is None and self.name is None:
+            raise ValueError("a model is named by its 'key' or its 'name'; neither is given")
         return self
 
     def __str__(self) -> str:

@@ -61,6 +61,12 @@ class Batch(BaseModel):
     destination: str | None = Field(
         None, max_length=1000, description="Where the batch's results should go (free text, e.g. 'canvas')."
     )
+    # InvokeAI's frontend sends the workflow a batch was built from; it is embedded in every image the batch
+    # makes (the invokeai_workflow PNG chunk), as InvokeAI does, and otherwise not read. The request body limit
+    # bounds it.
+    workflow: dict[str, JsonValue] | None = Field(
+        None, description="The client's workflow the graph was built from, stored in the images it makes."
+    )
 
 
 class EnqueueBatchBody(BaseModel):

@@ -265,6 +265,7 @@ class SessionProcessor:
             self._queue.fail(item.item_id, UNREADABLE_ERROR_TYPE, item.read_error or "unreadable", "", {})
             return False
         graph_json = item.session.graph.model_dump(mode="json")
+        workflow = self._queue.workflow_of(item.item_id)
         outputs: dict[str, BaseInvocationOutput] = {}
         results: dict[str, dict[str, Any]] = {}
         try:
@@ -273,7 +274,7 @@ class SessionProcessor:
             for node_id in graph.order:
                 if self._is_canceled(item.item_id):
                     raise CanceledError(f"canceled before node {node_id!r}")
-                outputs[node_id] = self._run_node(worker, item, graph, graph_json, node_id, outputs)
+                outputs[node_id] = self._run_node(worker, item, graph, graph_json, workflow, node_id, outputs)
                 results[node_id] = outputs[node_id].model_dump(mode="json")
         except CanceledError:
             self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
@@ -296,6 +297,7 @@ class SessionProcessor:
         item: SessionQueueItem,
         graph: ValidatedGraph,
         graph_json: dict[str, Any],
+        workflow: str | None,
         node_id: str,
         outputs: dict[str, BaseInvocationOutput],
     ) -> BaseInvocationOutput:
@@ -325,6 +327,8 @@ class SessionProcessor:
                 node_id=node_id,
                 node_type=node_type,
                 graph=graph_json,
+                workflow=workflow,
+                is_intermediate=node.is_intermediate,
                 images=self._images,
                 on_progress=on_progress,
                 is_canceled=lambda: self._is_canceled(item.item_id),

@@ -291,8 +291,8 @@ class SessionQueue:
                 top = cursor.execute("SELECT MAX(priority) FROM session_queue WHERE status = 'pending'").fetchone()[0]
                 priority = max(top or 0, 0) + 1
             graph_id = cursor.execute(
-                "INSERT INTO session_queue_graphs (graph) VALUES (?) RETURNING graph_id",
-                (batch.graph.model_dump_json(),),
+                "INSERT INTO session_queue_graphs (graph, workflow) VALUES (?, ?) RETURNING graph_id",
+                (batch.graph.model_dump_json(), json.dumps(batch.workflow) if batch.workflow is not None else None),
             ).fetchone()[0]
             cursor.executemany(
                 "INSERT INTO session_queue (queue_id, batch_id, session_id, priority, origin, destination, graph_id, "
@@ -381,6 +381,15 @@ class SessionQueue:
         result = RetryItemsResult(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids)
         self._events.publish(QueueItemsRetriedEvent(queue_id=queue_id, retried_item_ids=wanted, item_ids=new_ids))
         return result
+
+    def workflow_of(self, item_id: int) -> str | None:
+        """The workflow sent with the item's batch (JSON text), or None."""
+        rows = self._db.execute(
+            "SELECT g.workflow FROM session_queue q JOIN session_queue_graphs g ON g.graph_id = q.graph_id "
+            "WHERE q.item_id = ?",
+            (item_id,),
+        )
+        return rows[0]["workflow"] if rows else None
 
     def dequeue(
         self, worker: str = "session-processor", on_device: frozenset[str] = frozenset()

@@ -47,9 +47,8 @@ def test_generated_images_are_listed_and_served_with_their_graph(client: TestCli
     assert full.status_code == 200 and full.headers["content-type"] == "image/png"
     with Image.open(io.BytesIO(full.content)) as image:
         assert image.size == (24, 16)
-        metadata = json.loads(image.text["invokeai_metadata"])  # type: ignore[attr-defined]
-    assert metadata["node_id"] == "resize"
-    assert metadata["graph"]["edges"] == IMAGE_GRAPH["edges"]
+        graph = json.loads(image.text["invokeai_graph"])  # type: ignore[attr-defined]
+    assert graph["edges"] == IMAGE_GRAPH["edges"]
 
 
 def test_thumbnails_are_at_most_256_pixels(client: TestClient) -> None:

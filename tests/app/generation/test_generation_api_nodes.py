@@ -458,12 +458,13 @@ def test_sizes_the_denoisers_cannot_make_are_refused_when_the_graph_is_parsed(
         Graph.model_validate(graph)
 
 
-def test_model_fields_take_a_key_or_a_name_but_not_both() -> None:
+def test_model_fields_take_a_key_or_a_name_or_invokeai_identifier() -> None:
     base = example("sd_text_to_image")
-    for model in ({"key": "abc"}, {"name": "demo-sd1"}):
+    invokeai = {"key": "abc", "hash": "h", "name": "demo-sd1", "base": "sd-1", "type": "main"}
+    for model in ({"key": "abc"}, {"name": "demo-sd1"}, invokeai):
         Graph.model_validate(with_inputs(base, "denoise", model=model))
-    for model in ({}, {"key": "abc", "name": "demo-sd1"}):
-        with pytest.raises(ValidationError, match="exactly one of 'key' or 'name'"):
+    for model in ({}, {"base": "sd-1"}, {**invokeai, "colour": "red"}):
+        with pytest.raises(ValidationError):
             Graph.model_validate(with_inputs(base, "denoise", model=model))
 
 

@@ -104,9 +104,11 @@ def test_delete_returns_the_record_and_forgets_it(records: ModelRecordService) -
         records.delete("k1")
 
 
-def test_identifier_takes_exactly_one_of_key_or_name() -> None:
-    assert ModelIdentifier(key="k").key == "k"
-    assert ModelIdentifier.model_validate({"name": "demo-sd1"}).name == "demo-sd1"
-    for bad in ({}, {"key": "k", "name": "n"}):
-        with pytest.raises(ValidationError, match="exactly one of 'key' or 'name'"):
-            ModelIdentifier.model_validate(bad)
+def test_identifier_names_a_model_by_key_else_by_name() -> None:
+    assert ModelIdentifier(key="k").token == "key:k"
+    assert ModelIdentifier.model_validate({"name": "Demo-SD1"}).token == "name:demo-sd1"
+    # InvokeAI's ModelIdentifierField: every part set; the key is what names the model.
+    invokeai = {"key": "k", "hash": "blake3:00", "name": "n", "base": "sd-1", "type": "main", "submodel_type": None}
+    assert ModelIdentifier.model_validate(invokeai).token == "key:k"
+    with pytest.raises(ValidationError, match="neither is given"):
+        ModelIdentifier.model_validate({"hash": "blake3:00", "base": "sd-1"})

@@ -23,7 +23,7 @@ from invokeai.app.nodes.primitives import (
     RandomIntInvocation,
     StringInvocation,
 )
-from invokeai.app.services.images import METADATA_KEY, ImageService
+from invokeai.app.services.images import GRAPH_KEY, METADATA_KEY, ImageService
 
 
 def _store(images: ImageService, image: Image.Image) -> ImageField:
@@ -77,10 +77,10 @@ def test_blank_image_records_the_node_and_graph(make_context: ContextFactory, im
     record = images.get_record(output.image.image_name)
     assert (record.origin, record.session_id, record.node_id) == ("generated", "session-1", "a")
     with Image.open(images.full_path(record.image_name)) as png:
-        metadata = json.loads(png.text[METADATA_KEY])
-    assert metadata["graph"] == graph
-    assert metadata["node_id"] == "a" and metadata["node_type"] == "blank_image"
-    assert (metadata["session_id"], metadata["queue_id"], metadata["item_id"]) == ("session-1", "default", 7)
+        assert json.loads(png.text[GRAPH_KEY]) == graph
+        # No settings were given (no core_metadata): InvokeAI's metadata chunk is left out, as InvokeAI does.
+        assert METADATA_KEY not in png.text
+    assert images.get_metadata(record.image_name) is None
 
 
 def test_image_resize(make_context: ContextFactory, images: ImageService) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -11,7 +12,7 @@ from queue_support import EventRecorder, graph, image_batch, integer_batch, wait
 from invokeai.app.nodes.base import InvocationContext
 from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput
 from invokeai.app.services.events import EventBase, EventBus, InvocationErrorEvent, InvocationProgressEvent
-from invokeai.app.services.images import ImageService
+from invokeai.app.services.images import GRAPH_KEY, ImageService
 from invokeai.app.services.queue_models import Batch
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import CANCEL_REASON, SHUTDOWN_REASON, SessionQueue
@@ -37,9 +38,31 @@ def test_an_item_runs_in_dependency_order_with_events(
     assert (resized.width, resized.height) == (24, 16)  # type: ignore[attr-defined]
     record = images.get_record(resized.image.image_name)  # type: ignore[attr-defined]
     assert (record.session_id, record.node_id) == (item.session_id, "resize")
-    metadata = images.get_metadata(record.image_name)
-    assert metadata is not None and metadata["node_id"] == "resize"
-    assert metadata["graph"]["nodes"]["blank"]["color"] == "#ff0000"
+    with Image.open(images.full_path(record.image_name)) as png:
+        graph = json.loads(png.text[GRAPH_KEY])
+    assert graph["nodes"]["blank"]["color"] == "#ff0000"
+
+
+def test_images_carry_the_batch_workflow_and_the_nodes_intermediate_flag(
+    processor: SessionProcessor, queue: SessionQueue, recorder: EventRecorder, images: ImageService
+) -> None:
+    """InvokeAI's clients send a workflow with the batch and mark the graph's inner nodes is_intermediate: the
+    workflow goes into every image the items make, and an intermediate node's image stays out of the gallery."""
+    batch = image_batch()
+    batch.graph.nodes["blank"].is_intermediate = True
+    batch.workflow = {"name": "resize a red square", "nodes": [], "edges": [], "note": "\u00e9\u6f22"}
+    [item_id] = queue.enqueue_batch("default", batch).item_ids
+    assert recorder.wait_status(item_id, "completed", "failed") == "completed"
+    results = queue.get("default", item_id).session.results  # type: ignore[union-attr]
+    inner, final = (results[node].image.image_name for node in ("blank", "resize"))  # type: ignore[attr-defined]
+    assert images.get_record(inner).is_intermediate and not images.get_record(final).is_intermediate
+    assert images.get_record(final).has_workflow
+    with Image.open(images.full_path(final)) as png:
+        assert json.loads(png.text["invokeai_workflow"]) == batch.workflow
+    listed, total = images.list(is_intermediate=False)
+    assert total == 1
+    assert final in {r.image_name for r in listed} and inner not in {r.image_name for r in listed}
+    assert [r.image_name for r in images.list(is_intermediate=True)[0]] == [inner]
 
 
 def test_every_node_runs_inside_its_attention_caller(

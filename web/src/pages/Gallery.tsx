@@ -7,18 +7,17 @@ import { getState, loadMoreImages, refreshImages, reportError, setState, useStor
 
 interface Metadata {
   graph?: Graph;
-  node_id?: string;
-  node_type?: string;
-  item_id?: number;
-  session_id?: string;
-  uploaded_filename?: string;
 }
 
+/** The graph that made the image: the server writes it in the `invokeai_graph` chunk, as InvokeAI does (images
+ * from before kept it inside `invokeai_metadata`). */
 async function readMetadata(name: string): Promise<Metadata | null> {
   const response = await fetch(imageUrl(name, "full"), { headers: authHeaders() });
   if (!response.ok) throw new Error(`the image answered ${response.status}`);
-  const raw = pngTextChunks(await response.arrayBuffer()).invokeai_metadata;
-  return raw ? (JSON.parse(raw) as Metadata) : null;
+  const chunks = pngTextChunks(await response.arrayBuffer());
+  if (chunks.invokeai_graph) return { graph: JSON.parse(chunks.invokeai_graph) as Graph };
+  const old = chunks.invokeai_metadata ? (JSON.parse(chunks.invokeai_metadata) as Metadata) : null;
+  return old?.graph ? { graph: old.graph } : null;
 }
 
 let recallSeq = 0;
