@@ -8,21 +8,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, RootModel
 
 from invokeai.app.nodes.base import BaseInvocationOutput, InputField, OutputField
 from invokeai.app.services.model_records import ModelIdentifier
 
 __all__ = [
     "SEED_MAX",
+    "CLIPField",
     "ConditioningField",
     "ConditioningOutput",
     "LatentsField",
     "LatentsOutput",
+    "MetadataField",
     "ModelIdentifier",
     "ModelInputField",
     "NoLoras",
+    "T5EncoderField",
     "TransformerField",
+    "UNetField",
     "VAEField",
 ]
 
@@ -58,6 +62,16 @@ def _none_yet(what: str) -> Any:
 
 
 NoLoras = Annotated[list[dict[str, Any]], _none_yet("LoRAs"), Field(json_schema_extra={"maxItems": 0})]
+NoSeamless = Annotated[list[str], _none_yet("seamless tiling axes"), Field(json_schema_extra={"maxItems": 0})]
+
+
+def _no_freeu(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        raise ValueError("FreeU is not supported by this server yet; send null")
+    return value
+
+
+NoFreeU = Annotated[dict[str, Any] | None, AfterValidator(_no_freeu)]
 
 
 class TransformerField(BaseModel):
@@ -70,14 +84,56 @@ class TransformerField(BaseModel):
     loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
 
 
+class UNetField(BaseModel):
+    """InvokeAI's handle on a model's UNet and its scheduler, as main_model_loader and sdxl_model_loader pass it to
+    denoise_latents."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    unet: ModelIdentifier = Field(description="The model whose UNet this is")
+    scheduler: ModelIdentifier = Field(description="The model whose scheduler config this is")
+    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
+    seamless_axes: NoSeamless = Field(
+        default_factory=list, description="InvokeAI's seamless tiling axes; this server tiles none yet"
+    )
+    freeu_config: NoFreeU = Field(default=None, description="InvokeAI's FreeU settings; this server has none yet")
+
+
+class CLIPField(BaseModel):
+    """InvokeAI's handle on a CLIP text encoder and its tokenizer, with how many of its last layers to skip."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokenizer: ModelIdentifier = Field(description="The model whose tokenizer this is")
+    text_encoder: ModelIdentifier = Field(description="The model whose CLIP text encoder this is")
+    skipped_layers: int = Field(ge=0, le=100, description="How many of the encoder's last layers to skip")
+    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
+
+
+class T5EncoderField(BaseModel):
+    """InvokeAI's handle on a T5 text encoder and its tokenizer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokenizer: ModelIdentifier = Field(description="The model whose tokenizer this is")
+    text_encoder: ModelIdentifier = Field(description="The model whose T5 text encoder this is")
+    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
+
+
+class MetadataField(RootModel[dict[str, JsonValue]]):
+    """InvokeAI's free-form metadata (core_metadata's output): written into an image's invokeai_metadata chunk."""
+
+    root: dict[str, JsonValue] = Field(description="The metadata")
+
+
 class VAEField(BaseModel):
     """InvokeAI's handle on a VAE, as its model-loader nodes pass it to the decode and encode nodes."""
 
     model_config = ConfigDict(extra="forbid")
 
     vae: ModelIdentifier = Field(description="The model whose VAE this is")
-    seamless_axes: Annotated[list[str], _none_yet("seamless tiling axes"), Field(json_schema_extra={"maxItems": 0})] = (
-        Field(default_factory=list, description="InvokeAI's seamless tiling axes; this server tiles none yet")
+    seamless_axes: NoSeamless = Field(
+        default_factory=list, description="InvokeAI's seamless tiling axes; this server tiles none yet"
     )
 
 
