@@ -135,3 +135,21 @@ def test_console_script_exits_2_without_traceback(tmp_path: Path, run_invokeai_w
         result.stderr.splitlines()[-1] == f"invokeai-web: error: {root / 'invokeai.yaml'}: '{name}' is {value!r}; {why}"
     )
     assert a_file.read_text() == "not a database"
+
+
+@pytest.mark.parametrize("folder", ["missing", "empty"])
+def test_web_ui_naming_a_folder_without_index_html_stops_startup(tmp_path: Path, folder: str) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "invokeai.yaml").write_text(f"web_ui: invokeai:{folder}\n")
+    loaded = load_config(CliArgs(root=tmp_path))
+    assert loaded.config.web_ui_dir == tmp_path / folder
+    with pytest.raises(ConfigError) as caught:
+        check_machine(loaded)
+    assert f"'web_ui' is 'invokeai:{folder}'; {tmp_path / folder} has no index.html" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["invokeai", "invokeai:", "comfyui:/x", "InvokeAI's"])
+def test_web_ui_takes_builtin_or_invokeai_and_a_folder(tmp_path: Path, value: str) -> None:
+    (tmp_path / "invokeai.yaml").write_text(f"web_ui: \"{value}\"\n")
+    with pytest.raises(ConfigError, match="allowed: builtin, invokeai:<folder>"):
+        load_config(CliArgs(root=tmp_path))

@@ -13,11 +13,12 @@ from fastapi import Depends, FastAPI
 from invokeai.app.api.auth import BEARER, TokenMiddleware
 from invokeai.app.api.errors import add_body_errors, install_error_handlers
 from invokeai.app.api.routers import app as app_router
+from invokeai.app.api.routers import auth as auth_router
 from invokeai.app.api.routers import events as events_router
 from invokeai.app.api.routers import images as images_router
 from invokeai.app.api.routers import models as models_router
 from invokeai.app.api.routers import queue as queue_router
-from invokeai.app.api.web_ui import serve_web_ui
+from invokeai.app.api.web_ui import WEB_UI_DIR, serve_web_ui
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.container import MEGABYTE, build_services
 from invokeai.app.services.events import EventBus
@@ -63,13 +64,19 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
     app.state.events = events
     app.add_middleware(TokenMiddleware, token=config.api_token)
     install_error_handlers(app)
-    for router in (app_router.router, queue_router.router, events_router.router, images_router.router):
+    for router in (
+        app_router.router,
+        auth_router.router,
+        queue_router.router,
+        events_router.router,
+        images_router.router,
+    ):
         app.include_router(router, prefix=API_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED)
     app.include_router(
         models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED
     )
     amend_openapi(app, events_router.describe_stream_items, add_body_errors)
-    serve_web_ui(app)
+    serve_web_ui(app, config.web_ui_dir or WEB_UI_DIR)
     return app
 
 

@@ -90,5 +90,11 @@ def check_machine(loaded: LoadResult) -> None:
             problems.append(f"{_subject(loaded, 'database_url')}: {why}")
     elif not config.use_memory_db and (why := database_problem(config.db_file)) is not None:
         problems.append(f"{_subject(loaded, 'db_path')} is {str(config.db_path)!r}; {why}")
+    web_ui = config.web_ui_dir
+    if web_ui is not None and not (web_ui / "index.html").is_file():
+        problems.append(
+            f"{_subject(loaded, 'web_ui')} is {config.web_ui!r}; {web_ui} has no index.html: name the folder of a "
+            "built frontend (InvokeAI's wheel has it at invokeai/frontend/web/dist), or set builtin"
+        )
     if problems:
         raise ConfigError(problems)

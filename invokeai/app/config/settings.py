@@ -303,6 +303,15 @@ class InvokeAIAppConfig(BaseSettings):
         ge=1,
         le=2048,
     )
+    web_ui: str = setting(
+        "builtin",
+        "The web UI served at /: builtin (this server's own), or invokeai:<folder>, a built InvokeAI frontend (the "
+        "invokeai/frontend/web/dist folder of InvokeAI's wheel, e.g. 6.14.2's; never shipped with this server). A "
+        "relative folder is under the root.",
+        startup_only=True,
+        allowed="builtin, invokeai:<folder>",
+        pattern=r"^(builtin|invokeai:\S.*)$",
+    )
     api_token: str = setting(
         "",
         "When set, every API request and event stream must send the header 'Authorization: Bearer <api_token>' "
@@ -332,6 +341,12 @@ class InvokeAIAppConfig(BaseSettings):
     @property
     def models_path(self) -> Path:
         return self.resolve(self.models_dir)
+
+    @property
+    def web_ui_dir(self) -> Path | None:
+        """The folder of another web UI to serve (web_ui: invokeai:<folder>), or None for the built-in one."""
+        kind, _, folder = self.web_ui.partition(":")
+        return self.resolve(Path(folder).expanduser()) if kind == "invokeai" else None
 
     @property
     def outputs_path(self) -> Path:

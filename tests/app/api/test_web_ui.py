@@ -116,3 +116,38 @@ def test_without_a_build_the_answer_says_how_to_make_one(tmp_path: Path) -> None
     assert response.status_code == 404
     assert "npm run build" in response.json()["detail"]
     assert str(tmp_path / "index.html") in response.json()["detail"]
+
+
+def test_web_ui_invokeai_serves_that_folder_instead(make_client: MakeClient, tmp_path: Path) -> None:
+    """web_ui: invokeai:<folder> serves another build (InvokeAI's own frontend) at /, by the same rules: its files,
+    its hashed assets cached for good, index.html for the page's own paths; the API answers as before."""
+    folder = tmp_path / "dist"
+    (folder / "assets").mkdir(parents=True)
+    (folder / "index.html").write_text("<html>another UI</html>")
+    (folder / "assets" / "index-abc123.js").write_text("console.log(1)")
+    (folder / "locales").mkdir()
+    (folder / "locales" / "en.json").write_text("{}")
+    client = make_client(web_ui=f"invokeai:{folder}")
+    assert client.get("/").text == "<html>another UI</html>"
+    assert client.get("/workflows/some-page").text == "<html>another UI</html>"
+    asset = client.get("/assets/index-abc123.js")
+    assert asset.text == "console.log(1)" and asset.headers["cache-control"] == IMMUTABLE
+    assert client.get("/locales/en.json").headers["content-type"] == "application/json"
+    assert client.get("/assets/index-gone.js").status_code == 404
+    assert client.get("/api/v1/app/version").status_code == 200
+    assert client.get("/api/v1/nothing-here").status_code == 404
+    # The built-in UI's files are not served beside it.
+    assert client.get("/" + ASSETS[0].relative_to(WEB_UI_DIR).as_posix()).status_code == 404
+
+
+def test_what_invokeai_web_ui_asks_first(client: TestClient) -> None:
+    """InvokeAI's web UI asks these before it shows anything: no sign-up or login (one user), no PatchMatch."""
+    status = client.get("/api/v1/auth/status")
+    assert status.status_code == 200
+    assert status.json() == {
+        "setup_required": False,
+        "multiuser_enabled": False,
+        "strict_password_checking": False,
+        "admin_email": None,
+    }
+    assert client.get("/api/v1/app/patchmatch_status").json() is False

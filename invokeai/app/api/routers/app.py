@@ -51,6 +51,12 @@ def get_config(config: Config) -> AppConfig:
     )
 
 
+@router.get("/patchmatch_status", operation_id="get_patchmatch_status")
+def get_patchmatch_status() -> bool:
+    """Whether PatchMatch infill is available, as InvokeAI's web UI asks: this server has no infill nodes."""
+    return False
+
+
 @router.get("/attention", operation_id="app_attention")
 def get_attention() -> AttentionStats:
     """The attention package's record, field for field (docs/attention.md)."""
