@@ -150,6 +150,6 @@ def test_web_ui_naming_a_folder_without_index_html_stops_startup(tmp_path: Path,
 
 @pytest.mark.parametrize("value", ["invokeai", "invokeai:", "comfyui:/x", "InvokeAI's"])
 def test_web_ui_takes_builtin_or_invokeai_and_a_folder(tmp_path: Path, value: str) -> None:
-    (tmp_path / "invokeai.yaml").write_text(f"web_ui: \"{value}\"\n")
+    (tmp_path / "invokeai.yaml").write_text(f'web_ui: "{value}"\n')
     with pytest.raises(ConfigError, match="allowed: builtin, invokeai:<folder>"):
         load_config(CliArgs(root=tmp_path))
