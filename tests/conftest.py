@@ -71,3 +71,12 @@ def postgres_url(postgres_server: Any) -> Iterator[str]:
     yield postgres_server.database_url(name)
     with psycopg.connect(postgres_server.url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def invokeai_release(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """InvokeAI 6.14.2's built web UI and default workflows, fetched from PyPI once per test run
+    (tests/invokeai_release.py)."""
+    from invokeai_release import unpack_release
+
+    return unpack_release(tmp_path_factory.mktemp("invokeai-6.14.2"))
