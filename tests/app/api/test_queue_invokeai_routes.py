@@ -203,3 +203,33 @@ def test_a_pending_items_session_has_run_nothing(idle: TestClient) -> None:
     assert set(session) == SESSION_FIELDS
     assert session["execution_graph"]["nodes"] == {} and session["executed"] == [] and session["results"] == {}
     assert session["graph"]["nodes"].keys() == IMAGE_GRAPH["nodes"].keys()
+
+
+def test_the_routes_and_the_invocation_cache_on_postgresql(make_client: MakeClient, postgres_url: str) -> None:
+    client = make_client(use_memory_db=False, database_url=postgres_url)
+    graph = graph_json(node("i", "integer", value=3), node("f", "float"), edges=[edge("i", "value", "f", "value")])
+    done = [wait_finished(client, i)["status"] for i in enqueue(client, graph, runs=2).json()["item_ids"]]
+    assert done == ["completed", "completed"]
+    status = client.get("/api/v1/app/invocation_cache/status").json()  # the models' version read on PostgreSQL
+    assert (status["hits"], status["misses"]) == (2, 2)
+    client.put(f"{QUEUE}/processor/pause")
+    body = enqueue(client, IMAGE_GRAPH, runs=3, destination="canvas").json()
+    a, b, c = body["item_ids"]
+    assert ids(client.get(f"{QUEUE}/list_all", params={"destination": "canvas"}).json()) == [a, b, c]
+    assert client.get(f"{QUEUE}/item_ids", params={"order_dir": "ASC"}).json()["item_ids"][-3:] == [a, b, c]
+    assert ids(client.post(f"{QUEUE}/items_by_ids", json={"item_ids": [c, a]}).json()) == [c, a]
+    assert client.get(f"{QUEUE}/next").json()["item_id"] == a and client.get(f"{QUEUE}/current").json() is None
+    assert counts(client.get(f"{QUEUE}/b/{body['batch']['batch_id']}/status").json()) == (3, 0, 0, 0, 0, 0, 3)
+    assert client.put(f"{QUEUE}/cancel_by_destination", params={"destination": "canvas"}).json() == {"canceled": 3}
+    assert counts(client.get(f"{QUEUE}/counts_by_destination", params={"destination": "canvas"}).json()) == (
+        0,
+        0,
+        0,
+        0,
+        0,
+        3,
+        3,
+    )
+    enqueue(client, IMAGE_GRAPH, runs=2)
+    assert client.put(f"{QUEUE}/cancel_all_except_current").json() == {"canceled": 2}
+    client.put(f"{QUEUE}/processor/resume")

@@ -3,13 +3,16 @@ cached outputs name."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+from engine_support import ENGINES
 
 from invokeai.app.nodes.base import ImageField
 from invokeai.app.nodes.image import ImageOutput
 from invokeai.app.nodes.model_fields import LatentsField, LatentsOutput
 from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput, StringInvocation
-from invokeai.app.services.invocation_cache import InvocationCache, cache_key
+from invokeai.app.services.database import Database
+from invokeai.app.services.invocation_cache import InvocationCache, cache_key, models_version_of
 from invokeai.app.services.tensors import TensorStore
 
 
@@ -144,3 +147,23 @@ def test_a_change_of_the_model_records_empties_the_cache() -> None:
     version[0] = "v2"
     cache.check_models()
     assert cache.get("k") is None and cache.status().size == 0
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_the_model_records_version_changes_with_an_install_a_rename_and_a_removal(db: Database) -> None:
+    version = models_version_of(db)
+    empty = version()
+    with db.transaction() as cursor:  # the columns of migration 3; later ones have defaults
+        cursor.execute(
+            "INSERT INTO models (key, name, family, type, format, path, size, source, created_at, updated_at) "
+            "VALUES ('k1', 'one', 'sd-1', 'main', 'diffusers', '/m', 1, '/m', 't0', 't0')"
+        )
+    installed = version()
+    assert installed != empty and version() == installed
+    with db.transaction() as cursor:
+        cursor.execute("UPDATE models SET name = 'two', updated_at = 't1' WHERE key = 'k1'")
+    renamed = version()
+    assert renamed not in (empty, installed)
+    with db.transaction() as cursor:
+        cursor.execute("DELETE FROM models WHERE key = 'k1'")
+    assert version() == empty
