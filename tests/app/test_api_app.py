@@ -1,13 +1,16 @@
-"""GET /api/v1/app/version, /api/v1/app/config and /api/v1/app/attention, in process."""
+"""GET /api/v1/app/version, config, runtime_config, app_deps, logging and attention, in process."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
 import pytest
+import torch
 from fastapi.encoders import jsonable_encoder
 from fastapi.testclient import TestClient
 
@@ -63,6 +66,58 @@ def test_config_names_the_startup_only_settings(client: TestClient) -> None:
     assert "attention_backend" in startup_only
     expected = [name for name, field in SETTINGS.items() if field.json_schema_extra["startup_only"]]  # type: ignore[index]
     assert startup_only == expected
+
+
+def test_runtime_config_is_invokeais_set_fields_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INVOKEAI_ATTENTION_BACKEND", "efficient")
+    monkeypatch.setenv("INVOKEAI_API_TOKEN", "a-secret-token")
+    (tmp_path / "invokeai.yaml").write_text("port: 9100\n")
+    client = TestClient(create_app(load_config(CliArgs(root=tmp_path)).config))
+    headers = {"Authorization": "Bearer a-secret-token"}
+    response = client.get("/api/v1/app/runtime_config", headers=headers)
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"set_fields", "config"}
+    # What the file and the environment gave; not the defaults.
+    assert {"port", "attention_backend", "api_token"} <= set(body["set_fields"]) and "host" not in body["set_fields"]
+    assert body["config"]["port"] == 9100 and body["config"]["host"] == "127.0.0.1"
+    assert set(body["config"]) == set(SETTINGS) - secret_settings()
+    assert "a-secret-token" not in response.text
+
+
+def test_app_deps_names_each_installed_distribution_with_its_version(client: TestClient) -> None:
+    response = client.get("/api/v1/app/app_deps")
+    assert response.status_code == 200
+    deps = response.json()
+    for name in ("torch", "diffusers", "transformers", "fastapi", "pydantic"):
+        assert deps[name] == installed_version(name), name
+    assert deps["CUDA"] == (torch.version.cuda or "N/A")
+    assert list(deps) == sorted(deps, key=str.lower)
+
+
+@pytest.fixture
+def root_log_level() -> Iterator[None]:
+    root = logging.getLogger()
+    level = root.level
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+@pytest.mark.usefixtures("root_log_level")
+def test_logging_reads_and_sets_the_servers_log_level(client: TestClient) -> None:
+    logging.getLogger().setLevel(logging.WARNING)
+    assert client.get("/api/v1/app/logging").json() == 30
+    response = client.post("/api/v1/app/logging", json=10)  # a bare number, as InvokeAI's
+    assert response.status_code == 200 and response.json() == 10
+    assert logging.getLogger().level == logging.DEBUG and logging.getLogger("invokeai.app").isEnabledFor(10)
+    assert client.get("/api/v1/app/logging").json() == 10
+    for bad in (15, "debug", {"level": 10}, None):
+        refused = client.post("/api/v1/app/logging", json=bad)
+        assert refused.status_code == 422, bad
+        assert refused.json()["detail"][0]["loc"] == ["body"]
+    assert logging.getLogger().level == logging.DEBUG
 
 
 def test_openapi_lists_the_app_routes(client: TestClient) -> None:

@@ -296,6 +296,16 @@ class InvokeAIAppConfig(BaseSettings):
         ge=1,
         le=1_000_000,
     )
+    node_cache_size: int = setting(
+        512,
+        "Most node outputs the invocation cache keeps in memory (InvokeAI's setting): a node whose use_cache is "
+        "true takes the output a node of its type with the same inputs made before, instead of running. The least "
+        "recently used outputs go first; the tensors they name are kept for them, in at most half of the tensor "
+        "store. 0 turns the cache off. GET /api/v1/app/invocation_cache/status shows its size, hits and misses.",
+        startup_only=True,
+        ge=0,
+        le=1_000_000,
+    )
     max_upload_mb: int = setting(
         50,
         "Largest image file, in megabytes, that POST /api/v1/images/upload accepts (HTTP 413 beyond).",

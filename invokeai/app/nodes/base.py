@@ -101,13 +101,17 @@ class BaseInvocation(BaseModel, ABC):
 
     id: str = Field(description="The id of this node; unique within its graph", min_length=1)
     type: str
-    # InvokeAI's clients send both on every node. Kept and returned with the graph as InvokeAI does, and otherwise
-    # ignored: this server keeps no images apart as intermediate and caches no node outputs.
+    # InvokeAI's clients send both on every node; both are kept and returned with the graph as InvokeAI does.
     is_intermediate: bool = Field(
         default=False, description="Accepted and stored for InvokeAI's clients; this server does nothing with it."
     )
+    # A node type whose output must not be reused (a random one) declares the field again with default False, as
+    # InvokeAI's do; a graph may still set it either way.
     use_cache: bool = Field(
-        default=True, description="Accepted and stored for InvokeAI's clients; this server caches no node outputs."
+        default=True,
+        description="Whether the node may take its output from the invocation cache (node_cache_size): the output "
+        "a node of the same type with the same input values made before. An output that holds an image is never "
+        "cached.",
     )
 
     _output_class: ClassVar[type[BaseInvocationOutput] | None] = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from invokeai.app.nodes.base import BaseInvocation, BaseInvocationOutput, InputField, InvocationContext, OutputField
 
@@ -74,6 +74,13 @@ class RandomIntInvocation(BaseInvocation):
     """A random integer with low <= value < high; the same seed gives the same value."""
 
     type: Literal["rand_int"] = "rand_int"
+    # False by default, as InvokeAI's rand_int (which draws without a seed) declares it: a graph built for InvokeAI
+    # that leaves it out expects a run of its own each time.
+    use_cache: bool = Field(
+        default=False,
+        description="Whether the node may take its output from the invocation cache; false unless the graph sets "
+        "it, as InvokeAI's rand_int.",
+    )
     low: int = InputField(default=0, description="The inclusive low value")
     high: int = InputField(default=2_147_483_647, description="The exclusive high value")
     seed: int = InputField(default=0, ge=0, description="The seed of the random number generator")

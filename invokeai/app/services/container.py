@@ -12,6 +12,7 @@ from invokeai.app.services.database import Database, open_database
 from invokeai.app.services.event_relay import EventRelay
 from invokeai.app.services.events import EventBus
 from invokeai.app.services.images import TEMPORARY_PREFIX, THUMBNAILS_DIR, ImageService
+from invokeai.app.services.invocation_cache import InvocationCache, models_version_of
 from invokeai.app.services.model_install import ModelInstallService
 from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelRecordService
@@ -42,6 +43,7 @@ class Services:
     installer: ModelInstallService
     tensors: TensorStore
     leases: LeaseKeeper
+    invocation_cache: InvocationCache
     # With database_url: this server's events to the others on the database, and theirs to this one's bus.
     relay: EventRelay | None = None
     database_url: str = ""
@@ -111,10 +113,18 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         models.records, config.models_path, events, hash_models=config.hash_models, on_delete=models.forget
     )
     tensors = TensorStore()
+    invocation_cache = InvocationCache(config.node_cache_size, tensors, models_version_of(db))
     # On a shared PostgreSQL queue, items and a resume may come from other servers, which this one is not told of.
     poll = POSTGRES_POLL_SECONDS if db.dialect == "postgresql" else None
     processor = SessionProcessor(
-        queue, images, events, models, tensors, workers=worker_managers(config, models), poll_seconds=poll
+        queue,
+        images,
+        events,
+        models,
+        tensors,
+        workers=worker_managers(config, models),
+        poll_seconds=poll,
+        cache=invocation_cache,
     )
     relay = None
     if config.database_url:
@@ -130,6 +140,7 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         installer=installer,
         tensors=tensors,
         leases=LeaseKeeper(queue),
+        invocation_cache=invocation_cache,
         relay=relay,
         database_url=config.database_url,
     )

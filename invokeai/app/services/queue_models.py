@@ -91,14 +91,28 @@ class NodeFieldValue(BaseModel):
     value: JsonValue
 
 
-class SessionState(BaseModel):
-    """The graph an item runs and what its nodes returned so far."""
+class GraphExecutionState(BaseModel):
+    """InvokeAI's session: the graph an item runs and what its nodes did. This server runs each node of the graph once,
+    under its own id (InvokeAI prepares copies of nodes, e.g. one per iteration of a collection), so the prepared
+    nodes are the graph's nodes and both mappings are the identity over the nodes that ran."""
 
     id: str = Field(description="The session id (also in the item as session_id).")
-    graph: Graph
-    results: dict[str, AnyInvocationOutput] = Field(  # type: ignore[valid-type]
-        description="Node id -> that node's output, for each node that ran."
+    graph: Graph = Field(description="The graph the item runs, with its batch data put in.")
+    execution_graph: Graph = Field(
+        description="The nodes that were prepared to run (those that ran, and the one that failed), with the edges "
+        "between them; empty until the item ends."
     )
+    executed: list[str] = Field(description="The nodes that ran (each once).")
+    executed_history: list[str] = Field(description="The nodes that ran, in the order they ran.")
+    results: dict[str, AnyInvocationOutput] = Field(  # type: ignore[valid-type]
+        description="Prepared node id (here the node's id) -> that node's output, for each node that ran."
+    )
+    errors: dict[str, str] = Field(description="For a failed item: the failed node's id -> 'ErrorType: message'.")
+    prepared_source_mapping: dict[str, str] = Field(description="Prepared node id -> the graph's node id.")
+    source_prepared_mapping: dict[str, list[str]] = Field(description="The graph's node id -> its prepared nodes.")
+    # InvokeAI's workflow calls (a node that runs a saved workflow as a child item); this server has none.
+    workflow_call_stack: list[JsonValue] = Field(description="Always empty here.")
+    workflow_call_history: list[JsonValue] = Field(description="Always empty here.")
 
 
 class SessionQueueItem(BaseModel):
@@ -133,15 +147,25 @@ class SessionQueueItem(BaseModel):
         description="Set when the stored item cannot be read back (a damaged row): why. Its session and "
         "field_values are then null; a pending one fails when the processor takes it.",
     )
-    session: SessionState | None = Field(description="Null only for an item that cannot be read (read_error).")
-
-
-class RetryItemsByIdBody(BaseModel):
-    item_ids: list[Annotated[int, Field(ge=1, le=MAX_SQL_INT)]] = Field(
-        description="Failed or canceled items of this queue, each enqueued again as a new pending item.",
-        min_length=1,
-        max_length=1000,
+    session: GraphExecutionState | None = Field(
+        description="InvokeAI's GraphExecutionState. Null only for an item that cannot be read (read_error)."
     )
+
+
+MAX_ITEM_IDS = 1000  # item ids per request (retry_items_by_id, items_by_ids), as InvokeAI bounds them
+ItemIdList = list[Annotated[int, Field(ge=1, le=MAX_SQL_INT)]]
+
+
+class ItemsByIdsBody(BaseModel):
+    item_ids: ItemIdList = Field(
+        description="The items to fetch, in the order wanted (ids of other queues and missing ones are skipped).",
+        max_length=MAX_ITEM_IDS,
+    )
+
+
+class ItemIdsResult(BaseModel):
+    item_ids: list[int] = Field(description="Every item id of the queue, in the order asked for.")
+    total_count: int = Field(description="How many there are.")
 
 
 class RetryItemsResult(BaseModel):
@@ -157,7 +181,40 @@ class SessionQueueItemPage(BaseModel):
     total: int
 
 
-class QueueCounts(BaseModel):
+class StatusCounts(BaseModel):
+    """Items per status. `waiting` is InvokeAI's status of an item whose workflow call waits for a child item; this
+    server has no workflow calls, so it is always 0."""
+
+    pending: int
+    in_progress: int
+    waiting: int
+    completed: int
+    failed: int
+    canceled: int
+    total: int
+
+
+class BatchStatus(StatusCounts):
+    """The items of one batch per status (all 0 for a batch the queue does not have)."""
+
+    queue_id: str
+    batch_id: str
+    origin: str | None = Field(description="The batch's origin, as sent.")
+    destination: str | None = Field(description="The batch's destination, as sent.")
+
+
+class SessionQueueCountsByDestination(StatusCounts):
+    """The items of one destination per status."""
+
+    queue_id: str
+    destination: str
+
+
+class CanceledResult(BaseModel):
+    canceled: int = Field(description="How many items were canceled.")
+
+
+class QueueCounts(StatusCounts):
     """Items per status in one queue, and the items running now (those of this queue)."""
 
     queue_id: str
@@ -168,9 +225,3 @@ class QueueCounts(BaseModel):
     item_ids: list[int] = Field(description="Every item of this queue in progress now, oldest first.")
     batch_id: str | None
     session_id: str | None
-    pending: int
-    in_progress: int
-    completed: int
-    failed: int
-    canceled: int
-    total: int

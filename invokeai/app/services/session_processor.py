@@ -37,6 +37,7 @@ from invokeai.app.services.events import (
     QueueItemsRetriedEvent,
 )
 from invokeai.app.services.images import ImageService
+from invokeai.app.services.invocation_cache import InvocationCache, cache_key
 from invokeai.app.services.model_manager import CachedModel, ModelManager
 from invokeai.app.services.queue_models import SessionQueueItem
 from invokeai.app.services.session_queue import CANCEL_REASON, SHUTDOWN_REASON, SessionQueue
@@ -117,13 +118,16 @@ class SessionProcessor:
         tensors: TensorStore | None = None,
         workers: list[tuple[str, ModelManager | None]] | None = None,
         poll_seconds: float | None = None,
+        cache: InvocationCache | None = None,
     ) -> None:
         """workers: (name, that worker's model manager) for each worker; by default one, on `models`' device.
         poll_seconds: look at the queue at least this often even without a local enqueue (a shared PostgreSQL
-        queue gets items, and a resume, from other servers); None: only when woken."""
+        queue gets items, and a resume, from other servers); None: only when woken.
+        cache: the invocation cache that nodes with use_cache take their outputs from; None: every node runs."""
         self._queue = queue
         self._images = images
         self._tensors = tensors
+        self._cache = cache
         self._events = events
         self._stop = threading.Event()
         # Held around each claim (which reads the pause from the database) and around a pause: a pause waits for a
@@ -271,6 +275,8 @@ class SessionProcessor:
         try:
             # Validated again (linear time): the order and the incoming-edge index for every node come with it.
             graph = validate_graph(item.session.graph)
+            if self._cache is not None:
+                self._cache.check_models()
             for node_id in graph.order:
                 if self._is_canceled(item.item_id):
                     raise CanceledError(f"canceled before node {node_id!r}")
@@ -336,8 +342,16 @@ class SessionProcessor:
                 tensors=self._tensors,
             )
             self._events.publish(InvocationStartedEvent(**ids))
-            with attention_caller(node_type, worker.name):
-                output = node.invoke(context)
+            # As InvokeAI's: a node with use_cache takes the output that a node of its type with the same inputs
+            # made before, if the cache has it; its events are the same either way.
+            cache = self._cache if self._cache is not None and node.use_cache and self._cache.active else None
+            key = cache_key(node) if cache is not None else None
+            output = cache.get(key, holder=item.session_id) if cache is not None and key is not None else None
+            if output is None:
+                with attention_caller(node_type, worker.name):
+                    output = node.invoke(context)
+                if cache is not None and key is not None:
+                    cache.save(key, output)
         except CanceledError:
             raise
         except Exception as error:

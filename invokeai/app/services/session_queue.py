@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from invokeai.app.nodes.graph import Graph
+from invokeai.app.nodes.graph import Graph, execution_order
 from invokeai.app.services.batch import expand_batch, item_count
 from invokeai.app.services.database import Cursor, Database, Row, skip_locked
 from invokeai.app.services.events import (
@@ -44,13 +44,16 @@ from invokeai.app.services.queue_models import (
     FINISHED_STATUSES,
     QUEUE_ITEM_STATUSES,
     Batch,
+    BatchStatus,
     EnqueueBatchResult,
+    GraphExecutionState,
+    ItemIdsResult,
     NodeFieldValue,
     QueueCounts,
     QueueItemStatus,
     RetryItemsResult,
+    SessionQueueCountsByDestination,
     SessionQueueItem,
-    SessionState,
     new_id,
 )
 from invokeai.app.services.timestamps import iso_in, now_iso
@@ -77,6 +80,15 @@ RETRYABLE_STATUSES = ("failed", "canceled")
 
 class RetryRefusedError(ValueError):
     """retry_items_by_id named an item that is not failed or canceled; nothing was enqueued."""
+
+
+# list_all answers every matching item with its graph: past this many it is refused (item_ids with items_by_ids, or
+# list with offset and limit, page through any number), so that one request cannot build a response of any size.
+MAX_LIST_ALL = 10_000
+
+
+class TooManyItemsError(ValueError):
+    """list_all would answer more than MAX_LIST_ALL items."""
 
 
 # The columns a queue_item_status_changed event repeats from the item, under the same names.
@@ -162,15 +174,55 @@ def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
             destination=row["destination"],
             retried_from_item_id=row["retried_from_item_id"],
             field_values=field_values or None,
-            session=SessionState(
-                id=row["session_id"],
-                graph=_graph(row, field_values, texts, graphs),
-                results=_loads(row["results"]) if row["results"] else {},
+            session=_session(
+                row, _graph(row, field_values, texts, graphs), _loads(row["results"]) if row["results"] else {}
             ),
         )
     except Exception as error:  # whatever is wrong with one stored row, the others stay readable
         logger.warning("Queue item %s cannot be read: %s: %s", row["item_id"], type(error).__name__, error)
         return _unreadable_item(row, error)
+
+
+def _failed_node(graph: Graph, results: dict[str, Any]) -> str | None:
+    """The node a failed item failed at: the processor runs the nodes in execution order and stops at the one that
+    fails, so it is the first in that order without a result."""
+    try:
+        return next((node_id for node_id in execution_order(graph) if node_id not in results), None)
+    except ValueError:  # a graph that no longer validates (it did when enqueued): no node to blame
+        return None
+
+
+def _session(row: Row, graph: Graph, results: dict[str, Any]) -> GraphExecutionState:
+    """InvokeAI's GraphExecutionState of the item, from its graph and the results stored when it ended."""
+    if not isinstance(results, dict):
+        raise TypeError(f"its results are {type(results).__name__}, not an object")
+    executed = [node_id for node_id in results if node_id in graph.nodes]
+    errors: dict[str, str] = {}
+    if row["status"] == "failed" and row["error_type"]:
+        failed = _failed_node(graph, results)
+        if failed is not None:
+            errors[failed] = f"{row['error_type']}: {row['error_message']}"
+    prepared = [*executed, *errors]
+    nodes = {node_id: graph.nodes[node_id] for node_id in prepared}
+    # Built from the graph's own validated nodes and edges: nothing to validate again.
+    execution_graph = Graph.model_construct(
+        id=graph.id,
+        nodes=nodes,
+        edges=[e for e in graph.edges if e.source.node_id in nodes and e.destination.node_id in nodes],
+    )
+    return GraphExecutionState(
+        id=row["session_id"],
+        graph=graph,
+        execution_graph=execution_graph,
+        executed=executed,
+        executed_history=executed,
+        results=results,
+        errors=errors,
+        prepared_source_mapping={node_id: node_id for node_id in prepared},
+        source_prepared_mapping={node_id: [node_id] for node_id in prepared},
+        workflow_call_stack=[],
+        workflow_call_history=[],
+    )
 
 
 @cache
@@ -349,6 +401,8 @@ class SessionQueue:
         or canceled, QueueFullError when the new items do not fit.
         """
         wanted = list(dict.fromkeys(item_ids))
+        if not wanted:  # InvokeAI answers an empty list with an empty result
+            return RetryItemsResult(queue_id=queue_id, retried_item_ids=[], item_ids=[])
         marks = ", ".join("?" for _ in wanted)
         now = now_iso()
         with self._db.transaction() as cursor:
@@ -623,6 +677,98 @@ class SessionQueue:
             )
         return self._items(rows), int(total)
 
+    def list_all(self, queue_id: str, destination: str | None = None) -> list[SessionQueueItem]:
+        """Every item of the queue (of one destination), in InvokeAI's order: highest priority first, then oldest.
+        Raises TooManyItemsError past MAX_LIST_ALL items."""
+        where, params = "q.queue_id = ?", [queue_id]
+        if destination is not None:
+            where, params = where + " AND q.destination = ?", [queue_id, destination]
+        with self._db.read_transaction():
+            total = int(self._db.execute(f"SELECT COUNT(*) AS n FROM session_queue q WHERE {where}", params)[0]["n"])
+            if total > MAX_LIST_ALL:
+                raise TooManyItemsError(
+                    f"the queue has {total} items{' with this destination' if destination is not None else ''}; "
+                    f"list_all answers at most {MAX_LIST_ALL}: page through them with item_ids and items_by_ids, "
+                    "or with list?offset=&limit="
+                )
+            rows = self._db.execute(f"{_SELECT_ITEMS} WHERE {where} ORDER BY q.priority DESC, q.item_id", params)
+        return self._items(rows)
+
+    def item_ids(self, queue_id: str, descending: bool = True) -> ItemIdsResult:
+        """Every item id of the queue, newest first (or oldest first), as InvokeAI orders them: by creation."""
+        direction = "DESC" if descending else "ASC"
+        rows = self._db.execute(
+            f"SELECT item_id FROM session_queue WHERE queue_id = ? ORDER BY created_at {direction}, "
+            f"item_id {direction}",
+            (queue_id,),
+        )
+        ids = [int(row["item_id"]) for row in rows]
+        return ItemIdsResult(item_ids=ids, total_count=len(ids))
+
+    def items_by_ids(self, queue_id: str, item_ids: Sequence[int]) -> list[SessionQueueItem]:
+        """The items of this queue among `item_ids`, in that order; ids that are missing or of another queue are
+        skipped, as InvokeAI skips them."""
+        wanted = list(dict.fromkeys(item_ids))
+        rows: dict[int, Row] = {}
+        for start in range(0, len(wanted), 500):  # SQLite's limit on bound parameters
+            chunk = wanted[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            found = self._db.execute(
+                f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id IN ({marks})", (queue_id, *chunk)
+            )
+            rows.update({row["item_id"]: row for row in found})
+        items = {item.item_id: item for item in self._items(list(rows.values()))}
+        return [items[item_id] for item_id in item_ids if item_id in items]
+
+    def current(self, queue_id: str) -> SessionQueueItem | None:
+        """The item in progress (with several workers, the oldest of them), or None."""
+        rows = self._db.execute(
+            f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.status = 'in_progress' ORDER BY q.item_id LIMIT 1",
+            (queue_id,),
+        )
+        return self._items(rows)[0] if rows else None
+
+    def next(self, queue_id: str) -> SessionQueueItem | None:
+        """The pending item that runs next (highest priority, then oldest), without claiming it; None if none."""
+        rows = self._db.execute(
+            f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.status = 'pending' ORDER BY q.priority DESC, q.item_id "
+            "LIMIT 1",
+            (queue_id,),
+        )
+        return self._items(rows)[0] if rows else None
+
+    def batch_status(self, queue_id: str, batch_id: str) -> BatchStatus:
+        """The batch's items per status, and its origin and destination (all 0 and null for an unknown batch)."""
+        with self._db.read_transaction():
+            counts = self._counts("queue_id = ? AND batch_id = ?", (queue_id, batch_id))
+            first = self._db.execute(
+                "SELECT origin, destination FROM session_queue WHERE queue_id = ? AND batch_id = ? LIMIT 1",
+                (queue_id, batch_id),
+            )
+        return BatchStatus(
+            queue_id=queue_id,
+            batch_id=batch_id,
+            origin=first[0]["origin"] if first else None,
+            destination=first[0]["destination"] if first else None,
+            waiting=0,
+            total=sum(counts.values()),
+            **counts,
+        )
+
+    def counts_by_destination(self, queue_id: str, destination: str) -> SessionQueueCountsByDestination:
+        counts = self._counts("queue_id = ? AND destination = ?", (queue_id, destination))
+        return SessionQueueCountsByDestination(
+            queue_id=queue_id, destination=destination, waiting=0, total=sum(counts.values()), **counts
+        )
+
+    def cancel_by_destination(self, queue_id: str, destination: str, reason: str = CANCEL_REASON) -> int:
+        """Cancel every pending or running item of the destination; returns how many."""
+        return self._cancel_many("queue_id = ? AND destination = ?", (queue_id, destination), reason)
+
+    def cancel_all_except_current(self, queue_id: str, reason: str = CANCEL_REASON) -> int:
+        """Cancel every pending item of the queue; the running ones run on. Returns how many."""
+        return self._cancel_many("queue_id = ? AND status = 'pending'", (queue_id,), reason)
+
     # The processor's pause, kept in the database so that it lasts across a restart.
 
     def is_paused(self) -> bool:
@@ -634,8 +780,12 @@ class SessionQueue:
             cursor.execute("UPDATE processor_state SET paused = ? WHERE id = 1", (int(paused),))
 
     def counts_by_status(self, queue_id: str | None = None) -> dict[QueueItemStatus, int]:
-        where, params = ("", ()) if queue_id is None else ("WHERE queue_id = ?", (queue_id,))
-        rows = self._db.execute(f"SELECT status, COUNT(*) AS n FROM session_queue {where} GROUP BY status", params)
+        return self._counts("1 = 1", ()) if queue_id is None else self._counts("queue_id = ?", (queue_id,))
+
+    def _counts(self, where: str, params: Sequence[Any]) -> dict[QueueItemStatus, int]:
+        rows = self._db.execute(
+            f"SELECT status, COUNT(*) AS n FROM session_queue WHERE {where} GROUP BY status", params
+        )
         counts: dict[QueueItemStatus, int] = dict.fromkeys(QUEUE_ITEM_STATUSES, 0)
         counts.update({row["status"]: int(row["n"]) for row in rows})
         return counts
@@ -655,6 +805,7 @@ class SessionQueue:
             item_id=current["item_id"] if current else None,
             batch_id=current["batch_id"] if current else None,
             session_id=current["session_id"] if current else None,
+            waiting=0,
             total=sum(counts.values()),
             **counts,
         )

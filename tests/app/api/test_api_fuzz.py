@@ -7,6 +7,7 @@ have their own tests, and could take long).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -42,9 +43,14 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP).exclude(operation_
 
 @pytest.fixture(scope="module", autouse=True)
 def started_services() -> Iterator[None]:
-    with TestClient(APP):
-        yield
-    shutil.rmtree(ROOT, ignore_errors=True)
+    # POST /api/v1/app/logging sets the process's log level: the tests after these get back the one they had.
+    level = logging.getLogger().level
+    try:
+        with TestClient(APP):
+            yield
+    finally:
+        logging.getLogger().setLevel(level)
+        shutil.rmtree(ROOT, ignore_errors=True)
 
 
 @schema.parametrize()

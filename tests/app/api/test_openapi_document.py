@@ -45,7 +45,7 @@ def test_every_node_output_and_event_schema_is_in_the_document() -> None:
     assert set(node_union["discriminator"]["mapping"]) == {
         cls.model_fields["type"].default for cls in invocation_classes()
     }
-    output_union = schemas["SessionState"]["properties"]["results"]["additionalProperties"]
+    output_union = schemas["GraphExecutionState"]["properties"]["results"]["additionalProperties"]
     assert set(output_union["discriminator"]["mapping"]) == {
         cls.model_fields["type"].default for cls in output_classes()
     }

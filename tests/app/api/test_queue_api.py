@@ -10,7 +10,7 @@ import pytest
 from api_support import IMAGE_GRAPH, QUEUE, MakeClient, edge, enqueue, graph_json, node, wait_finished, wait_until
 from fastapi.testclient import TestClient
 
-EMPTY_COUNTS = {"pending": 0, "in_progress": 0, "completed": 0, "failed": 0, "canceled": 0, "total": 0}
+EMPTY_COUNTS = {"pending": 0, "in_progress": 0, "waiting": 0, "completed": 0, "failed": 0, "canceled": 0, "total": 0}
 
 
 def counts(client: TestClient) -> dict[str, int]:
@@ -20,7 +20,7 @@ def counts(client: TestClient) -> dict[str, int]:
 
 def test_enqueue_runs_and_answers_in_invokeais_shapes(client: TestClient) -> None:
     response = enqueue(client, IMAGE_GRAPH, runs=2)
-    assert response.status_code == 201
+    assert response.status_code == 200
     body = response.json()
     assert (body["enqueued"], body["requested"], body["queue_id"], body["priority"]) == (2, 2, "default", 0)
     assert len(body["item_ids"]) == 2 and body["batch"]["runs"] == 2 and body["batch"]["batch_id"]
@@ -161,7 +161,7 @@ def test_malformed_bodies_get_fastapis_422(client: TestClient, body: dict[str, A
 
 def test_a_batch_over_max_queue_size_is_refused_whole_with_429(make_client: MakeClient) -> None:
     client = make_client(max_queue_size=5, run_processor=False)
-    assert enqueue(client, IMAGE_GRAPH, runs=4).status_code == 201
+    assert enqueue(client, IMAGE_GRAPH, runs=4).status_code == 200
     response = enqueue(client, IMAGE_GRAPH, runs=2)
     assert response.status_code == 429
     assert response.json()["detail"] == (
@@ -169,7 +169,7 @@ def test_a_batch_over_max_queue_size_is_refused_whole_with_429(make_client: Make
         "Nothing was enqueued."
     )
     assert counts(client)["pending"] == 4
-    assert enqueue(client, IMAGE_GRAPH, runs=1).status_code == 201
+    assert enqueue(client, IMAGE_GRAPH, runs=1).status_code == 200
 
 
 def test_list_get_cancel_prune_and_clear(make_client: MakeClient) -> None:
@@ -248,7 +248,7 @@ def test_retry_items_by_id_enqueues_a_canceled_item_again_and_answers_the_new_id
     client = make_client(run_processor=False)
     ids = enqueue(client, IMAGE_GRAPH, runs=2).json()["item_ids"]
     client.put(f"{QUEUE}/i/{ids[0]}/cancel")
-    response = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": [ids[0]]})
+    response = client.put(f"{QUEUE}/retry_items_by_id", json=[ids[0]])  # a bare array, as InvokeAI's
     assert response.status_code == 200
     body = response.json()
     assert body["queue_id"] == "default" and body["retried_item_ids"] == [ids[0]]
@@ -264,12 +264,18 @@ def test_retry_items_by_id_refuses_what_it_cannot_retry_and_enqueues_nothing(mak
     client = make_client(run_processor=False)
     pending, canceled = enqueue(client, IMAGE_GRAPH, runs=2).json()["item_ids"]
     client.put(f"{QUEUE}/i/{canceled}/cancel")
-    refused = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": [canceled, pending]})
+    refused = client.put(f"{QUEUE}/retry_items_by_id", json=[canceled, pending])
     assert refused.status_code == 409 and f"{pending} (pending)" in refused.json()["detail"]
-    unknown = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": [canceled, 424242]})
+    unknown = client.put(f"{QUEUE}/retry_items_by_id", json=[canceled, 424242])
     assert unknown.status_code == 404 and "424242" in unknown.json()["detail"]
-    empty = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": []})
-    assert empty.status_code == 422 and empty.json()["detail"][0]["loc"] == ["body", "item_ids"]
+    # InvokeAI's body is the array itself: the object this server took before is refused, naming the body.
+    old_shape = client.put(f"{QUEUE}/retry_items_by_id", json={"item_ids": [canceled]})
+    assert old_shape.status_code == 422 and old_shape.json()["detail"][0]["loc"] == ["body"]
+    too_many = client.put(f"{QUEUE}/retry_items_by_id", json=list(range(1, 1002)))
+    assert too_many.status_code == 422 and "1000" in too_many.json()["detail"][0]["msg"]
+    assert client.put(f"{QUEUE}/retry_items_by_id", json=[0]).status_code == 422
+    empty = client.put(f"{QUEUE}/retry_items_by_id", json=[])
+    assert empty.status_code == 200 and empty.json()["retried_item_ids"] == []  # as InvokeAI answers it
     assert counts(client)["total"] == 2
 
 

@@ -1,5 +1,5 @@
 """The web UI in Chromium against a real invokeai-web with the demo models: generate on every family, recall an
-image's settings, cancel, delete, install a model, the attention panel, the token prompt and a server restart.
+image's settings, cancel, retry, delete, install a model, the attention panel, the token prompt and a server restart.
 
 The tests share one server and run in this order; the last two restart it."""
 
@@ -106,6 +106,41 @@ def test_cancel_a_running_item(ui_server: UiServer, page: Page) -> None:
     page.get_by_role("button", name="Cancel", exact=True).click()
     wait_for("the item canceled", lambda: api(ui_server.base, f"{QUEUE}/i/{item}")["status"] == "canceled", 30)
     expect(_progress_bar(page)).to_be_hidden()
+
+
+def test_retry_a_canceled_item(ui_server: UiServer, page: Page) -> None:
+    # An item canceled before it starts: invoked while the processor is paused, then canceled over the API.
+    httpx.put(ui_server.base + f"{QUEUE}/processor/pause").raise_for_status()
+    try:
+        page.goto(ui_server.base + "/")
+        select_model(page, "demo-sd1")
+        set_number(page, "Steps", 4)
+        set_number(page, "Images", 1)
+        page.get_by_role("textbox", name="Prompt", exact=True).fill("a lighthouse, canceled and retried")
+        page.get_by_role("button", name="Invoke", exact=True).click()
+        [item] = wait_for(
+            "the item pending",
+            lambda: [i["item_id"] for i in api(ui_server.base, f"{QUEUE}/list?status=pending&limit=500")["items"]],
+        )
+        httpx.put(ui_server.base + f"{QUEUE}/i/{item}/cancel").raise_for_status()
+    finally:
+        httpx.put(ui_server.base + f"{QUEUE}/processor/resume").raise_for_status()
+    open_page(page, "Queue")
+    page.get_by_role("button", name=f"Retry item {item}", exact=True).click()
+
+    def retried() -> int | None:
+        items = api(ui_server.base, f"{QUEUE}/list?limit=500")["items"]
+        return next((int(i["item_id"]) for i in items if i["retried_from_item_id"] == item), None)
+
+    again = wait_for("the item enqueued again", retried, 30)
+    # It runs to its end, so that the tests after it find that every item ran on the one worker.
+    status = wait_for(
+        "the retried item to end",
+        lambda: (s := api(ui_server.base, f"{QUEUE}/i/{again}")["status"]) in ("completed", "failed") and s,
+        120,
+    )
+    assert status == "completed"
+    assert api(ui_server.base, f"{QUEUE}/i/{item}")["status"] == "canceled"  # the original stays as it was
 
 
 def test_the_queue_page_shows_the_workers_and_where_each_item_ran(ui_server: UiServer, page: Page) -> None:

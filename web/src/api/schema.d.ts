@@ -38,6 +38,168 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/app/patchmatch_status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Patchmatch Status
+         * @description Whether PatchMatch infill is available, as InvokeAI's web UI asks: this server has no infill nodes.
+         */
+        get: operations["get_patchmatch_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/app/runtime_config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Runtime Config */
+        get: operations["get_runtime_config"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/app/app_deps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get App Deps
+         * @description The version of every installed Python distribution (torch, diffusers, transformers, ...) and CUDA's ("N/A"
+         *     without it), by name, as InvokeAI lists them.
+         */
+        get: operations["get_app_deps"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/app/logging": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Log Level
+         * @description The server's log level, as a number (10 debug, 20 info, 30 warning, 40 error, 50 critical).
+         */
+        get: operations["get_log_level"];
+        put?: never;
+        /**
+         * Set Log Level
+         * @description Change the server's log level until it stops (the log_level setting is read again at the next start).
+         */
+        post: operations["set_log_level"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/app/invocation_cache/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Invocation Cache Status
+         * @description The invocation cache's size, hits and misses (since the start or the last clear), and whether it is used.
+         */
+        get: operations["get_invocation_cache_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/app/invocation_cache": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Clear Invocation Cache
+         * @description Drop every cached node output, and reset the hits and misses.
+         */
+        delete: operations["clear_invocation_cache"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/app/invocation_cache/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Enable Invocation Cache
+         * @description Use the cache again (no effect with node_cache_size 0).
+         */
+        put: operations["enable_invocation_cache"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/app/invocation_cache/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Disable Invocation Cache
+         * @description Run every node; what the cache holds stays for a later enable.
+         */
+        put: operations["disable_invocation_cache"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/app/attention": {
         parameters: {
             query?: never;
@@ -100,6 +262,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Setup Status */
+        get: operations["get_setup_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/queue/{queue_id}/enqueue_batch": {
         parameters: {
             query?: never;
@@ -133,6 +312,186 @@ export interface paths {
          */
         get: operations["list_queue_items"];
         put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/list_all": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List All
+         * @description Every item of the queue, with its session, highest priority first, then oldest (InvokeAI's order).
+         */
+        get: operations["list_all_queue_items"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/item_ids": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Item Ids
+         * @description Every item id of the queue, in order of creation; items_by_ids fetches the items.
+         */
+        get: operations["get_queue_item_ids"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/items_by_ids": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Items By Ids
+         * @description The items of these ids, in the order given; ids not in this queue are left out.
+         */
+        post: operations["get_queue_items_by_item_ids"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/current": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Current
+         * @description The item in progress (with several workers, the oldest of them), or null.
+         */
+        get: operations["get_current_queue_item"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/next": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Next Item
+         * @description The pending item that runs next, or null; it is not taken.
+         */
+        get: operations["get_next_queue_item"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/b/{batch_id}/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Batch Status
+         * @description The batch's items per status; all 0 for a batch the queue does not have.
+         */
+        get: operations["get_batch_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/cancel_by_destination": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Cancel By Destination
+         * @description Cancel every pending or running item of the destination.
+         */
+        put: operations["cancel_by_destination"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/counts_by_destination": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Counts By Destination
+         * @description The items of the destination per status.
+         */
+        get: operations["counts_by_destination"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/queue/{queue_id}/cancel_all_except_current": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Cancel All Except Current
+         * @description Cancel every pending item of the queue; the running ones run on.
+         */
+        put: operations["cancel_all_except_current"];
         post?: never;
         delete?: never;
         options?: never;
@@ -712,6 +1071,13 @@ export interface components {
              * @description Where the batch's results should go (free text, e.g. 'canvas').
              */
             destination?: string | null;
+            /**
+             * Workflow
+             * @description The client's workflow the graph was built from, stored in the images it makes.
+             */
+            workflow?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            } | null;
         };
         /**
          * BatchDatum
@@ -757,6 +1123,40 @@ export interface components {
             priority: number;
         };
         /**
+         * BatchStatus
+         * @description The items of one batch per status (all 0 for a batch the queue does not have).
+         */
+        BatchStatus: {
+            /** Pending */
+            pending: number;
+            /** In Progress */
+            in_progress: number;
+            /** Waiting */
+            waiting: number;
+            /** Completed */
+            completed: number;
+            /** Failed */
+            failed: number;
+            /** Canceled */
+            canceled: number;
+            /** Total */
+            total: number;
+            /** Queue Id */
+            queue_id: string;
+            /** Batch Id */
+            batch_id: string;
+            /**
+             * Origin
+             * @description The batch's origin, as sent.
+             */
+            origin: string | null;
+            /**
+             * Destination
+             * @description The batch's destination, as sent.
+             */
+            destination: string | null;
+        };
+        /**
          * BlankImageInvocation
          * @description A new image filled with one color; "#rrggbbaa" makes an RGBA image, "#rrggbb" an RGB one.
          */
@@ -779,7 +1179,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -833,7 +1233,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -888,6 +1288,14 @@ export interface components {
              */
             size_bytes: number;
         };
+        /** CancelAllExceptCurrentResult */
+        CancelAllExceptCurrentResult: {
+            /**
+             * Canceled
+             * @description How many items were canceled.
+             */
+            canceled: number;
+        };
         /** CancelByBatchIdsBody */
         CancelByBatchIdsBody: {
             /**
@@ -898,6 +1306,14 @@ export interface components {
         };
         /** CancelByBatchIdsResult */
         CancelByBatchIdsResult: {
+            /**
+             * Canceled
+             * @description How many items were canceled.
+             */
+            canceled: number;
+        };
+        /** CancelByDestinationResult */
+        CancelByDestinationResult: {
             /**
              * Canceled
              * @description How many items were canceled.
@@ -1145,7 +1561,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1194,7 +1610,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1265,7 +1681,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1311,7 +1727,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1344,7 +1760,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1379,6 +1795,71 @@ export interface components {
              */
             edges?: components["schemas"]["Edge"][];
         };
+        /**
+         * GraphExecutionState
+         * @description InvokeAI's session: the graph an item runs and what its nodes did. This server runs each node of the graph once,
+         *     under its own id (InvokeAI prepares copies of nodes, e.g. one per iteration of a collection), so the prepared
+         *     nodes are the graph's nodes and both mappings are the identity over the nodes that ran.
+         */
+        GraphExecutionState: {
+            /**
+             * Id
+             * @description The session id (also in the item as session_id).
+             */
+            id: string;
+            /** @description The graph the item runs, with its batch data put in. */
+            graph: components["schemas"]["Graph"];
+            /** @description The nodes that were prepared to run (those that ran, and the one that failed), with the edges between them; empty until the item ends. */
+            execution_graph: components["schemas"]["Graph"];
+            /**
+             * Executed
+             * @description The nodes that ran (each once).
+             */
+            executed: string[];
+            /**
+             * Executed History
+             * @description The nodes that ran, in the order they ran.
+             */
+            executed_history: string[];
+            /**
+             * Results
+             * @description Prepared node id (here the node's id) -> that node's output, for each node that ran.
+             */
+            results: {
+                [key: string]: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
+            };
+            /**
+             * Errors
+             * @description For a failed item: the failed node's id -> 'ErrorType: message'.
+             */
+            errors: {
+                [key: string]: string;
+            };
+            /**
+             * Prepared Source Mapping
+             * @description Prepared node id -> the graph's node id.
+             */
+            prepared_source_mapping: {
+                [key: string]: string;
+            };
+            /**
+             * Source Prepared Mapping
+             * @description The graph's node id -> its prepared nodes.
+             */
+            source_prepared_mapping: {
+                [key: string]: string[];
+            };
+            /**
+             * Workflow Call Stack
+             * @description Always empty here.
+             */
+            workflow_call_stack: components["schemas"]["JsonValue"][];
+            /**
+             * Workflow Call History
+             * @description Always empty here.
+             */
+            workflow_call_history: components["schemas"]["JsonValue"][];
+        };
         /** HTTPValidationError */
         HTTPValidationError: {
             /** Detail */
@@ -1407,7 +1888,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1491,6 +1972,25 @@ export interface components {
              * @description The node that made the image
              */
             node_id?: string | null;
+            /**
+             * Image Category
+             * @description What the image is for, as InvokeAI's
+             * @default general
+             * @enum {string}
+             */
+            image_category: "general" | "mask" | "control" | "user" | "other";
+            /**
+             * Is Intermediate
+             * @description A step of a graph rather than its result: kept out of the gallery's lists
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Has Workflow
+             * @description Whether a workflow was stored with the image
+             * @default false
+             */
+            has_workflow: boolean;
         };
         /** ImageRecordPage */
         ImageRecordPage: {
@@ -1526,7 +2026,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1573,7 +2073,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1596,6 +2096,40 @@ export interface components {
              * @description The output integer
              */
             value: number;
+        };
+        /** InvocationCacheStatus */
+        InvocationCacheStatus: {
+            /**
+             * Size
+             * @description How many node outputs the cache holds.
+             */
+            size: number;
+            /**
+             * Hits
+             * @description Nodes whose output came from the cache, since the start or the last clear.
+             */
+            hits: number;
+            /**
+             * Misses
+             * @description Nodes with use_cache that were run, finding no output in the cache.
+             */
+            misses: number;
+            /**
+             * Enabled
+             * @description Whether the cache is used: node_cache_size is above 0 and it is not disabled.
+             */
+            enabled: boolean;
+            /**
+             * Max Size
+             * @description The most outputs it holds (node_cache_size).
+             */
+            max_size: number;
+            /**
+             * Pinned Bytes
+             * @description The bytes of the tensors that the cached outputs name (kept in the tensor store for them).
+             * @default 0
+             */
+            pinned_bytes: number;
         };
         /**
          * InvocationCompleteEvent
@@ -1748,6 +2282,45 @@ export interface components {
              */
             node_type: string;
         };
+        /**
+         * InvokeAIAppConfigWithSetFields
+         * @description InvokeAI's runtime_config answer. The settings are this server's (configuration.md), not InvokeAI's.
+         */
+        InvokeAIAppConfigWithSetFields: {
+            /**
+             * Set Fields
+             * @description The settings given by the command line, the environment or the settings file (not defaults).
+             */
+            set_fields: string[];
+            /**
+             * Config
+             * @description Every setting's effective value, except the secret ones (api_token).
+             */
+            config: {
+                [key: string]: unknown;
+            };
+        };
+        /** ItemIdsResult */
+        ItemIdsResult: {
+            /**
+             * Item Ids
+             * @description Every item id of the queue, in the order asked for.
+             */
+            item_ids: number[];
+            /**
+             * Total Count
+             * @description How many there are.
+             */
+            total_count: number;
+        };
+        /** ItemsByIdsBody */
+        ItemsByIdsBody: {
+            /**
+             * Item Ids
+             * @description The items to fetch, in the order wanted (ids of other queues and missing ones are skipped).
+             */
+            item_ids: number[];
+        };
         JsonValue: unknown;
         /**
          * KernelProbe
@@ -1823,7 +2396,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1888,7 +2461,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1924,7 +2497,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -1978,8 +2551,16 @@ export interface components {
             input: string;
         };
         /**
+         * LogLevel
+         * @description InvokeAI's log levels: Python's numbers.
+         * @enum {integer}
+         */
+        LogLevel: 0 | 10 | 20 | 30 | 40 | 50;
+        /**
          * ModelIdentifier
-         * @description A model, named in a graph by its key or by its name (exactly one of them).
+         * @description A model, named in a graph by its key or by its name. InvokeAI's clients send its ModelIdentifierField, {key,
+         *     hash, name, base, type} with all of them set: the key then names the model, as in InvokeAI, and the rest is
+         *     what the client believed of it (kept, not checked).
          */
         ModelIdentifier: {
             /**
@@ -1989,9 +2570,29 @@ export interface components {
             key?: string | null;
             /**
              * Name
-             * @description The model's unique name, as GET /api/v2/models/ lists it.
+             * @description The model's unique name, as GET /api/v2/models/ lists it; names the model when no key is given.
              */
             name?: string | null;
+            /**
+             * Hash
+             * @description InvokeAI's field: the model's hash, as the client knew it.
+             */
+            hash?: string | null;
+            /**
+             * Base
+             * @description InvokeAI's field: the model's base, as the client knew it.
+             */
+            base?: string | null;
+            /**
+             * Type
+             * @description InvokeAI's field: the model's type, as the client knew it.
+             */
+            type?: string | null;
+            /**
+             * Submodel Type
+             * @description InvokeAI's field: a part of the model, or null.
+             */
+            submodel_type?: string | null;
         };
         /**
          * ModelInstallCompleteEvent
@@ -2232,11 +2833,6 @@ export interface components {
              */
             dataURL: string;
         };
-        /** QueueAndProcessorStatus */
-        QueueAndProcessorStatus: {
-            queue: components["schemas"]["QueueCounts"];
-            processor: components["schemas"]["ProcessorStatus"];
-        };
         /**
          * QueueClearedEvent
          * @description Every item of the queue was deleted (a running one was canceled first: see queue_items_canceled).
@@ -2258,6 +2854,20 @@ export interface components {
          * @description Items per status in one queue, and the items running now (those of this queue).
          */
         QueueCounts: {
+            /** Pending */
+            pending: number;
+            /** In Progress */
+            in_progress: number;
+            /** Waiting */
+            waiting: number;
+            /** Completed */
+            completed: number;
+            /** Failed */
+            failed: number;
+            /** Canceled */
+            canceled: number;
+            /** Total */
+            total: number;
             /** Queue Id */
             queue_id: string;
             /**
@@ -2274,18 +2884,6 @@ export interface components {
             batch_id: string | null;
             /** Session Id */
             session_id: string | null;
-            /** Pending */
-            pending: number;
-            /** In Progress */
-            in_progress: number;
-            /** Completed */
-            completed: number;
-            /** Failed */
-            failed: number;
-            /** Canceled */
-            canceled: number;
-            /** Total */
-            total: number;
         };
         /**
          * QueueItemStatusChangedEvent
@@ -2446,8 +3044,8 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
-             * @default true
+             * @description Whether the node may take its output from the invocation cache; false unless the graph sets it, as InvokeAI's rand_int.
+             * @default false
              */
             use_cache: boolean;
             /**
@@ -2474,14 +3072,6 @@ export interface components {
          * @enum {string}
          */
         ResampleMode: "nearest" | "box" | "bilinear" | "hamming" | "bicubic" | "lanczos";
-        /** RetryItemsByIdBody */
-        RetryItemsByIdBody: {
-            /**
-             * Item Ids
-             * @description Failed or canceled items of this queue, each enqueued again as a new pending item.
-             */
-            item_ids: number[];
-        };
         /** RetryItemsResult */
         RetryItemsResult: {
             /** Queue Id */
@@ -2521,7 +3111,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2600,7 +3190,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2636,7 +3226,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2669,7 +3259,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2708,7 +3298,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2788,7 +3378,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2829,7 +3419,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2862,7 +3452,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -2877,6 +3467,12 @@ export interface components {
              */
             seed: number;
         };
+        /**
+         * SQLiteDirection
+         * @description InvokeAI's name for a sort direction.
+         * @enum {string}
+         */
+        SQLiteDirection: "ASC" | "DESC";
         /** ServerIdentity */
         ServerIdentity: {
             /**
@@ -2889,6 +3485,35 @@ export interface components {
              * @description The server's process id.
              */
             pid: number;
+        };
+        /** SessionQueueAndProcessorStatus */
+        SessionQueueAndProcessorStatus: {
+            queue: components["schemas"]["QueueCounts"];
+            processor: components["schemas"]["ProcessorStatus"];
+        };
+        /**
+         * SessionQueueCountsByDestination
+         * @description The items of one destination per status.
+         */
+        SessionQueueCountsByDestination: {
+            /** Pending */
+            pending: number;
+            /** In Progress */
+            in_progress: number;
+            /** Waiting */
+            waiting: number;
+            /** Completed */
+            completed: number;
+            /** Failed */
+            failed: number;
+            /** Canceled */
+            canceled: number;
+            /** Total */
+            total: number;
+            /** Queue Id */
+            queue_id: string;
+            /** Destination */
+            destination: string;
         };
         /** SessionQueueItem */
         SessionQueueItem: {
@@ -2965,8 +3590,8 @@ export interface components {
              * @description Set when the stored item cannot be read back (a damaged row): why. Its session and field_values are then null; a pending one fails when the processor takes it.
              */
             read_error?: string | null;
-            /** @description Null only for an item that cannot be read (read_error). */
-            session: components["schemas"]["SessionState"] | null;
+            /** @description InvokeAI's GraphExecutionState. Null only for an item that cannot be read (read_error). */
+            session: components["schemas"]["GraphExecutionState"] | null;
         };
         /** SessionQueueItemPage */
         SessionQueueItemPage: {
@@ -2979,24 +3604,28 @@ export interface components {
             /** Total */
             total: number;
         };
-        /**
-         * SessionState
-         * @description The graph an item runs and what its nodes returned so far.
-         */
-        SessionState: {
+        /** SetupStatusResponse */
+        SetupStatusResponse: {
             /**
-             * Id
-             * @description The session id (also in the item as session_id).
+             * Setup Required
+             * @description Whether an administrator must be set up first: never, here.
              */
-            id: string;
-            graph: components["schemas"]["Graph"];
+            setup_required: boolean;
             /**
-             * Results
-             * @description Node id -> that node's output, for each node that ran.
+             * Multiuser Enabled
+             * @description Whether users sign in: never, here (one user, an optional token).
              */
-            results: {
-                [key: string]: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
-            };
+            multiuser_enabled: boolean;
+            /**
+             * Strict Password Checking
+             * @description Whether passwords are checked for strength: no passwords.
+             */
+            strict_password_checking: boolean;
+            /**
+             * Admin Email
+             * @description The first administrator's email: none.
+             */
+            admin_email?: string | null;
         };
         /**
          * StringInvocation
@@ -3021,7 +3650,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -3180,7 +3809,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -3277,7 +3906,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -3315,7 +3944,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -3349,7 +3978,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -3398,7 +4027,7 @@ export interface components {
             is_intermediate: boolean;
             /**
              * Use Cache
-             * @description Accepted and stored for InvokeAI's clients; this server caches no node outputs.
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
              * @default true
              */
             use_cache: boolean;
@@ -3462,6 +4091,278 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AppConfig"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_patchmatch_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": boolean;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_runtime_config: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvokeAIAppConfigWithSetFields"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_app_deps: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: string;
+                    };
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_log_level: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogLevel"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    set_log_level: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LogLevel"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogLevel"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_invocation_cache_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvocationCacheStatus"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    clear_invocation_cache: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    enable_invocation_cache: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    disable_invocation_cache: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
@@ -3554,6 +4455,33 @@ export interface operations {
             };
         };
     };
+    get_setup_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SetupStatusResponse"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     enqueue_batch: {
         parameters: {
             query?: never;
@@ -3571,7 +4499,7 @@ export interface operations {
         };
         responses: {
             /** @description Successful Response */
-            201: {
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3640,6 +4568,387 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionQueueItemPage"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_all_queue_items: {
+        parameters: {
+            query?: {
+                /** @description Only the items of this destination. */
+                destination?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionQueueItem"][];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The queue (or destination) has more than 10000 items: page through them with item_ids and items_by_ids, or with list. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_queue_item_ids: {
+        parameters: {
+            query?: {
+                /** @description DESC: newest first; ASC: oldest first (by creation). */
+                order_dir?: components["schemas"]["SQLiteDirection"];
+            };
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemIdsResult"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_queue_items_by_item_ids: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ItemsByIdsBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionQueueItem"][];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_current_queue_item: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionQueueItem"] | null;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_next_queue_item: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionQueueItem"] | null;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_batch_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+                /** @description The batch's id (enqueue_batch's batch.batch_id). */
+                batch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchStatus"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_by_destination: {
+        parameters: {
+            query: {
+                /** @description The destination, as batches name it. */
+                destination: string;
+            };
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CancelByDestinationResult"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    counts_by_destination: {
+        parameters: {
+            query: {
+                /** @description The destination, as batches name it. */
+                destination: string;
+            };
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionQueueCountsByDestination"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_all_except_current: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The queue's id; InvokeAI's clients use 'default'. */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CancelAllExceptCurrentResult"];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
@@ -3825,7 +5134,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["RetryItemsByIdBody"];
+                "application/json": number[];
             };
         };
         responses: {
@@ -3987,7 +5296,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["QueueAndProcessorStatus"];
+                    "application/json": components["schemas"]["SessionQueueAndProcessorStatus"];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */

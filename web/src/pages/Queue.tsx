@@ -145,7 +145,7 @@ export function QueuePage() {
                       type="button"
                       aria-label={`Retry item ${i.item_id}`}
                       onClick={() =>
-                        act(() => call(api.PUT("/api/v1/queue/{queue_id}/retry_items_by_id", { ...path, body: { item_ids: [i.item_id] } })))
+                        act(() => call(api.PUT("/api/v1/queue/{queue_id}/retry_items_by_id", { ...path, body: [i.item_id] })))
                       }
                     >
                       Retry

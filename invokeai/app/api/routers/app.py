@@ -1,19 +1,24 @@
-"""/api/v1/app: facts about the running server (version, effective settings, attention kernels, workers, the model
-families it runs)."""
+"""/api/v1/app: facts about the running server (version, effective settings, dependencies, attention kernels, workers,
+the model families it runs), its log level and its invocation cache."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from typing import Any, Literal
+from enum import IntEnum
+from importlib.metadata import distributions
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+import torch
+from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from invokeai.app.api.dependencies import AppServices, Config
 from invokeai.app.api.json_body import ApiRoute
 from invokeai.app.config.describe import secret_settings, startup_only_settings
 from invokeai.app.nodes.base import invocation_class
+from invokeai.app.services.invocation_cache import InvocationCacheStatus
 from invokeai.app.services.session_processor import WorkerInfo
 from invokeai.app.version import app_version
 from invokeai.backend.attention import AttentionStats, attention_stats
@@ -55,6 +60,89 @@ def get_config(config: Config) -> AppConfig:
 def get_patchmatch_status() -> bool:
     """Whether PatchMatch infill is available, as InvokeAI's web UI asks: this server has no infill nodes."""
     return False
+
+
+class InvokeAIAppConfigWithSetFields(BaseModel):
+    """InvokeAI's runtime_config answer. The settings are this server's (configuration.md), not InvokeAI's."""
+
+    set_fields: list[str] = Field(
+        description="The settings given by the command line, the environment or the settings file (not defaults)."
+    )
+    config: dict[str, Any] = Field(description="Every setting's effective value, except the secret ones (api_token).")
+
+
+@router.get("/runtime_config", operation_id="get_runtime_config")
+def get_runtime_config(config: Config) -> InvokeAIAppConfigWithSetFields:
+    return InvokeAIAppConfigWithSetFields(
+        set_fields=sorted(config.model_fields_set),
+        config=config.model_dump(mode="json", exclude=secret_settings()),
+    )
+
+
+@router.get("/app_deps", operation_id="get_app_deps")
+def get_app_deps() -> dict[str, str]:
+    """The version of every installed Python distribution (torch, diffusers, transformers, ...) and CUDA's ("N/A"
+    without it), by name, as InvokeAI lists them."""
+    versions = {dist.metadata["Name"]: dist.version for dist in distributions() if dist.metadata["Name"]}
+    versions["CUDA"] = torch.version.cuda or "N/A"
+    return dict(sorted(versions.items(), key=lambda item: item[0].lower()))
+
+
+class LogLevel(IntEnum):
+    """InvokeAI's log levels: Python's numbers."""
+
+    NotSet = logging.NOTSET
+    Debug = logging.DEBUG
+    Info = logging.INFO
+    Warning = logging.WARNING
+    Error = logging.ERROR
+    Critical = logging.CRITICAL
+
+
+def _server_log_level() -> LogLevel:
+    # The root logger's: log_level sets it at start (logging_setup), and every logger of the server passes through
+    # it. A level set by other means in between is shown as the level below it.
+    level = logging.getLogger().level
+    return max((known for known in LogLevel if known <= level), default=LogLevel.NotSet)
+
+
+@router.get("/logging", operation_id="get_log_level")
+def get_log_level() -> LogLevel:
+    """The server's log level, as a number (10 debug, 20 info, 30 warning, 40 error, 50 critical)."""
+    return _server_log_level()
+
+
+@router.post("/logging", operation_id="set_log_level")
+def set_log_level(
+    level: Annotated[LogLevel, Body(description="The new level: 0, 10, 20, 30, 40 or 50 (a bare number).")],
+) -> LogLevel:
+    """Change the server's log level until it stops (the log_level setting is read again at the next start)."""
+    logging.getLogger().setLevel(level)
+    return _server_log_level()
+
+
+@router.get("/invocation_cache/status", operation_id="get_invocation_cache_status")
+def get_invocation_cache_status(services: AppServices) -> InvocationCacheStatus:
+    """The invocation cache's size, hits and misses (since the start or the last clear), and whether it is used."""
+    return services.invocation_cache.status()
+
+
+@router.delete("/invocation_cache", operation_id="clear_invocation_cache")
+def clear_invocation_cache(services: AppServices) -> None:
+    """Drop every cached node output, and reset the hits and misses."""
+    services.invocation_cache.clear()
+
+
+@router.put("/invocation_cache/enable", operation_id="enable_invocation_cache")
+def enable_invocation_cache(services: AppServices) -> None:
+    """Use the cache again (no effect with node_cache_size 0)."""
+    services.invocation_cache.enable()
+
+
+@router.put("/invocation_cache/disable", operation_id="disable_invocation_cache")
+def disable_invocation_cache(services: AppServices) -> None:
+    """Run every node; what the cache holds stays for a later enable."""
+    services.invocation_cache.disable()
 
 
 @router.get("/attention", operation_id="app_attention")
