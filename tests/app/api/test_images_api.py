@@ -22,8 +22,9 @@ def png(size: tuple[int, int] = (300, 200), color: str = "green") -> bytes:
     return buffer.getvalue()
 
 
-def upload(client: TestClient, data: bytes, name: str = "photo.png") -> Any:
-    return client.post(f"{IMAGES}/upload", files={"file": (name, data, "image/png")})
+def upload(client: TestClient, data: bytes, name: str = "photo.png", **params: Any) -> Any:
+    query = {"image_category": "user", "is_intermediate": False, **params}
+    return client.post(f"{IMAGES}/upload", params=query, files={"file": (name, data, "image/png")})
 
 
 def generated(client: TestClient) -> dict[str, Any]:
@@ -70,7 +71,9 @@ def test_upload_stores_a_png_under_a_server_made_name(client: TestClient) -> Non
 
 def test_delete_removes_the_image(client: TestClient) -> None:
     name = upload(client, png()).json()["image_name"]
-    assert client.delete(f"{IMAGES}/i/{name}").status_code == 204
+    response = client.delete(f"{IMAGES}/i/{name}")
+    assert response.status_code == 200
+    assert response.json() == {"deleted_images": [name], "failed_images": [], "affected_boards": ["none"]}
     for suffix in ("", "/full", "/thumbnail"):
         assert client.get(f"{IMAGES}/i/{name}{suffix}").status_code == 404
     assert client.delete(f"{IMAGES}/i/{name}").status_code == 404
