@@ -139,14 +139,18 @@ export function loadFamilies(): Promise<void> {
   return familiesLoading;
 }
 
+/** The gallery as InvokeAI's shows it: no intermediate images (steps of a graph); and, as this page says, newest
+ * first (InvokeAI's list puts starred images first unless told not to). */
+const GALLERY_QUERY = { is_intermediate: false, starred_first: false } as const;
+
 export async function refreshImages(limit = Math.max(GALLERY_PAGE, getState().images.length)): Promise<void> {
-  const data = await call(api.GET("/api/v1/images/", { params: { query: { offset: 0, limit } } }));
+  const data = await call(api.GET("/api/v1/images/", { params: { query: { ...GALLERY_QUERY, offset: 0, limit } } }));
   setState({ images: data.items, imagesTotal: data.total });
 }
 
 export async function loadMoreImages(): Promise<void> {
   const offset = getState().images.length;
-  const data = await call(api.GET("/api/v1/images/", { params: { query: { offset, limit: GALLERY_PAGE } } }));
+  const data = await call(api.GET("/api/v1/images/", { params: { query: { ...GALLERY_QUERY, offset, limit: GALLERY_PAGE } } }));
   const known = new Set(getState().images.map((i) => i.image_name));
   setState((s) => ({ images: [...s.images, ...data.items.filter((i) => !known.has(i.image_name))], imagesTotal: data.total }));
 }

@@ -14,10 +14,14 @@ from invokeai.app.api.auth import BEARER, TokenMiddleware
 from invokeai.app.api.errors import add_body_errors, install_error_handlers
 from invokeai.app.api.routers import app as app_router
 from invokeai.app.api.routers import auth as auth_router
+from invokeai.app.api.routers import board_images as board_images_router
+from invokeai.app.api.routers import boards as boards_router
+from invokeai.app.api.routers import client_state as client_state_router
 from invokeai.app.api.routers import events as events_router
 from invokeai.app.api.routers import images as images_router
 from invokeai.app.api.routers import models as models_router
 from invokeai.app.api.routers import queue as queue_router
+from invokeai.app.api.routers import workflows as workflows_router
 from invokeai.app.api.web_ui import WEB_UI_DIR, serve_web_ui
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.container import MEGABYTE, build_services
@@ -70,6 +74,10 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
         queue_router.router,
         events_router.router,
         images_router.router,
+        boards_router.router,
+        board_images_router.router,
+        client_state_router.router,
+        workflows_router.router,
     ):
         app.include_router(router, prefix=API_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED)
     app.include_router(

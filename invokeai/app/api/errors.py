@@ -15,10 +15,13 @@ from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
 from invokeai.app.services.batch import InvalidBatchError
+from invokeai.app.services.boards import BoardNotFoundError, TooManyBoardsError
+from invokeai.app.services.client_state import ClientStateFullError, ClientStateValueTooLargeError
 from invokeai.app.services.images import ImageNotFoundError, ImageTooLargeError, UnsupportedImageError
 from invokeai.app.services.model_install import ModelSourceNotFoundError
 from invokeai.app.services.model_records import DuplicateModelNameError, InvalidModelNameError, ModelNotFoundError
 from invokeai.app.services.session_queue import QueueFullError, QueueItemNotFoundError
+from invokeai.app.services.workflows import WorkflowLibraryFullError, WorkflowNotFoundError
 from invokeai.backend.models.errors import UnsupportedModelError
 
 
@@ -133,6 +136,12 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(UnsupportedModelError, _unsupported)
     app.add_exception_handler(DuplicateModelNameError, _conflict)
     app.add_exception_handler(InvalidModelNameError, _invalid_model_name)
+    # Boards, client state and the workflow library.
+    for not_found in (BoardNotFoundError, WorkflowNotFoundError):
+        app.add_exception_handler(not_found, _message_not_found)
+    for full in (TooManyBoardsError, ClientStateFullError, WorkflowLibraryFullError):
+        app.add_exception_handler(full, _conflict)
+    app.add_exception_handler(ClientStateValueTooLargeError, _too_large)
 
 
 # What the request body's own parsing can answer, for every operation that takes a body; the routes declare the

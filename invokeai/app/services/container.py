@@ -8,6 +8,9 @@ from pathlib import Path
 
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.advisory_lock import server_lock
+from invokeai.app.services.board_images import BoardImageService
+from invokeai.app.services.boards import BoardService
+from invokeai.app.services.client_state import ClientStateService
 from invokeai.app.services.database import Database, open_database
 from invokeai.app.services.event_relay import EventRelay
 from invokeai.app.services.events import EventBus
@@ -21,6 +24,7 @@ from invokeai.app.services.queue_leases import LeaseKeeper
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.tensors import TensorStore
+from invokeai.app.services.workflows import WorkflowService
 from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.devices import choose_device, choose_dtype, choose_generation_devices, worker_names
 
@@ -44,6 +48,10 @@ class Services:
     tensors: TensorStore
     leases: LeaseKeeper
     invocation_cache: InvocationCache
+    boards: BoardService
+    board_images: BoardImageService
+    client_state: ClientStateService
+    workflows: WorkflowService
     # With database_url: this server's events to the others on the database, and theirs to this one's bus.
     relay: EventRelay | None = None
     database_url: str = ""
@@ -141,6 +149,10 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         tensors=tensors,
         leases=LeaseKeeper(queue),
         invocation_cache=invocation_cache,
+        boards=BoardService(db),
+        board_images=BoardImageService(db),
+        client_state=ClientStateService(db),
+        workflows=WorkflowService(db),
         relay=relay,
         database_url=config.database_url,
     )

@@ -87,7 +87,11 @@ NOT_IMAGES = {
 
 @pytest.mark.parametrize("data", NOT_IMAGES.values(), ids=NOT_IMAGES.keys())
 def test_a_refused_upload_says_why_without_object_reprs(client: TestClient, data: bytes) -> None:
-    response = client.post("/api/v1/images/upload", files={"file": ("a.png", data, "image/png")})
+    response = client.post(
+        "/api/v1/images/upload",
+        params={"image_category": "user", "is_intermediate": False},
+        files={"file": ("a.png", data, "image/png")},
+    )
     assert response.status_code == 415, response.text
     detail = response.json()["detail"]
     assert detail.startswith("not a readable image") and " object at 0x" not in detail and "<" not in detail
@@ -109,7 +113,11 @@ def test_output_and_uploaded_pngs_follow_the_umask(client: TestClient, tmp_path:
     name = wait_finished(client, item_id)["session"]["results"]["a"]["image"]["image_name"]
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, format="PNG")
-    uploaded = client.post("/api/v1/images/upload", files={"file": ("a.png", buffer.getvalue(), "image/png")})
+    uploaded = client.post(
+        "/api/v1/images/upload",
+        params={"image_category": "user", "is_intermediate": False},
+        files={"file": ("a.png", buffer.getvalue(), "image/png")},
+    )
     thumbnail = client.get(f"/api/v1/images/i/{name}/thumbnail")
     assert uploaded.status_code == 201 and thumbnail.status_code == 200
     outputs = tmp_path / "outputs"

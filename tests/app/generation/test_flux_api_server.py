@@ -153,7 +153,11 @@ def test_image_to_image_through_flux_vae_encode_equals_flux_img2img_pipeline(
     source = Image.fromarray((np.random.RandomState(3).rand(64, 64, 3) * 255).astype(np.uint8))
     buffer = io.BytesIO()
     source.save(buffer, format="PNG")
-    upload = client.post("/api/v1/images/upload", files={"file": ("source.png", buffer.getvalue(), "image/png")})
+    upload = client.post(
+        "/api/v1/images/upload",
+        params={"image_category": "user", "is_intermediate": False},
+        files={"file": ("source.png", buffer.getvalue(), "image/png")},
+    )
     assert upload.status_code in (200, 201), upload.text
     image_name = upload.json()["image_name"]
     body = copy.deepcopy(example("flux_text_to_image"))

@@ -150,7 +150,11 @@ def test_image_to_image_through_z_image_i2l_equals_the_img2img_pipeline(client: 
     source = Image.fromarray((np.random.RandomState(3).rand(64, 64, 3) * 255).astype(np.uint8))
     buffer = io.BytesIO()
     source.save(buffer, format="PNG")
-    upload = client.post("/api/v1/images/upload", files={"file": ("source.png", buffer.getvalue(), "image/png")})
+    upload = client.post(
+        "/api/v1/images/upload",
+        params={"image_category": "user", "is_intermediate": False},
+        files={"file": ("source.png", buffer.getvalue(), "image/png")},
+    )
     assert upload.status_code in (200, 201), upload.text
     body = copy.deepcopy(example("z_image_image_to_image"))
     nodes = body["batch"]["graph"]["nodes"]

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 from engine_support import ENGINES
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 from invokeai.app.services.images import (
     METADATA_KEY,
+    UNCATEGORIZED,
+    ImageFilters,
     ImageNotFoundError,
+    ImageRecordChanges,
     ImageService,
     ImageTooLargeError,
     UnsupportedImageError,
@@ -212,7 +215,8 @@ def test_upload_of_a_real_image_is_stored_as_png(images: ImageService) -> None:
     assert (record.origin, record.width, record.height) == ("uploaded", 64, 48)
     with Image.open(images.full_path(record.image_name)) as png:
         assert png.format == "PNG"
-    assert images.get_metadata(record.image_name) == {"uploaded_filename": "photo.jpg"}
+    # As InvokeAI: an upload keeps only the metadata an InvokeAI PNG carries (a JPEG has none).
+    assert images.get_metadata(record.image_name) is None
     assert images.list()[1] == 1
 
 
@@ -286,7 +290,8 @@ def test_delete_removes_file_thumbnail_and_record(images: ImageService, outputs:
     assert not full.exists() and not thumb.exists()
     with pytest.raises(ImageNotFoundError):
         images.get_record(record.image_name)
-    assert images.list() == ([keep], 1)
+    listed, total = images.list()
+    assert ([image.image_name for image in listed], total) == ([keep.image_name], 1)
     assert _stored_files(outputs) == [images.full_path(keep.image_name)]
     with pytest.raises(ImageNotFoundError):
         images.delete(record.image_name)
@@ -299,3 +304,137 @@ def test_records_survive_a_restart(tmp_path: Path, outputs: Path) -> None:
     db = SqliteDatabase(tmp_path / "invokeai.db")
     assert ImageService(db, outputs, MAX_UPLOAD).get_record(record.image_name) == record
     db.close()
+
+
+# -- InvokeAI's gallery: filters, order, names, stars, changes, deletes --------------------------------------------
+
+
+def _board(db: SqliteDatabase, board_id: str) -> str:
+    db.execute(
+        "INSERT INTO boards (board_id, board_name, archived, created_at, updated_at) VALUES (?, ?, FALSE, 'x', 'x')",
+        (board_id, board_id),
+    )
+    return board_id
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_the_list_filters_as_invokeai_does(images: ImageService, db: SqliteDatabase) -> None:
+    board = _board(db, "b1")
+    made = images.save(Image.new("L", (2, 2)), metadata={"positive_prompt": "A Red Fox"}).image_name
+    step = images.save(Image.new("L", (2, 2)), is_intermediate=True, image_category="other").image_name
+    mask = images.save(Image.new("L", (2, 2)), image_category="mask", board_id=board).image_name
+    user = images.upload(_encoded(Image.new("RGB", (3, 3))), "u.png", image_category="user").image_name
+
+    def names(**filters: object) -> set[str]:
+        listed, total = images.list(0, 100, filters=ImageFilters(**filters))  # type: ignore[arg-type]
+        assert total == len(listed)
+        return {image.image_name for image in listed}
+
+    assert names() == {made, step, mask, user}
+    assert names(image_origin="internal") == {made, step, mask}
+    assert names(image_origin="external") == {user}
+    assert names(categories=("mask", "user")) == {mask, user}
+    assert names(categories=()) == set()
+    assert names(is_intermediate=True) == {step}
+    assert names(is_intermediate=False) == {made, mask, user}
+    assert names(board_id=board) == {mask}
+    assert names(board_id=UNCATEGORIZED) == {made, step, user}
+    # The metadata is searched whatever the case, and % and _ are only themselves.
+    assert names(search_term="red fox") == {made}
+    assert names(search_term="RED%FOX") == set()
+    assert names(search_term="d_fox") == set()
+    [dto] = images.list(0, 10, filters=ImageFilters(board_id=board))[0]
+    assert (dto.board_id, dto.image_origin, dto.image_url) == (board, "internal", f"api/v1/images/i/{mask}/full")
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_starred_images_come_first_and_the_direction_is_honoured(images: ImageService) -> None:
+    names = [images.save(Image.new("L", (1, 1))).image_name for _ in range(4)]
+    assert images.set_starred([names[1], "no-such.png", names[1]], True) == ([names[1]], [UNCATEGORIZED])
+
+    def order(**options: object) -> list[str]:
+        return [image.image_name for image in images.list(0, 10, **options)[0]]  # type: ignore[arg-type]
+
+    assert order(starred_first=True) == [names[1], names[3], names[2], names[0]]
+    assert order(starred_first=True, direction="ASC") == [names[1], names[0], names[2], names[3]]
+    assert order(starred_first=False) == names[::-1]
+    result = images.names(ImageFilters(), starred_first=True)
+    assert (result.image_names, result.starred_count, result.total_count) == (
+        [names[1], names[3], names[2], names[0]],
+        1,
+        4,
+    )
+    assert images.names(ImageFilters(), starred_first=False).starred_count == 0
+    assert images.set_starred([names[1]], False)[0] == [names[1]]
+    assert not images.get_dto(names[1]).starred
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_update_changes_the_fields_given_and_updated_at(images: ImageService) -> None:
+    record = images.save(Image.new("L", (1, 1)))
+    changed = images.update(record.image_name, ImageRecordChanges(image_category="control", starred=True))
+    assert (changed.image_category, changed.starred, changed.is_intermediate) == ("control", True, False)
+    assert changed.updated_at > record.updated_at and changed.created_at == record.created_at
+    changed = images.update(record.image_name, ImageRecordChanges(session_id="s2", is_intermediate=True))
+    assert (changed.session_id, changed.is_intermediate, changed.image_category) == ("s2", True, "control")
+    with pytest.raises(ImageNotFoundError):
+        images.update("0" * 32 + ".png", ImageRecordChanges(starred=True))
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_deleting_images_removes_their_board_membership(images: ImageService, db: SqliteDatabase) -> None:
+    board = _board(db, "b1")
+    on_board = images.save(Image.new("L", (1, 1)), board_id=board).image_name
+    loose = images.save(Image.new("L", (1, 1))).image_name
+    assert images.get_dtos([loose, "bad", on_board, loose]) == [images.get_dto(loose), images.get_dto(on_board)]
+    assert images.delete_many([on_board, loose, "0" * 32 + ".png"]) == {on_board: board, loose: UNCATEGORIZED}
+    assert db.execute("SELECT COUNT(*) FROM board_images")[0][0] == 0
+    assert images.list() == ([], 0)
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_intermediates_are_counted_and_cleared(images: ImageService, outputs: Path) -> None:
+    keep = images.save(Image.new("L", (1, 1)))
+    for _ in range(3):
+        images.save(Image.new("L", (1, 1)), is_intermediate=True)
+    assert images.intermediates_count() == 3
+    assert images.delete_intermediates() == 3
+    assert images.intermediates_count() == 0
+    assert _stored_files(outputs) == [images.full_path(keep.image_name)]
+
+
+def _png_with_chunks(**chunks: str) -> bytes:
+    info = PngImagePlugin.PngInfo()
+    for key, text in chunks.items():
+        info.add_itxt(key, text)
+    buffer = BytesIO()
+    Image.new("RGBA", (20, 10), (0, 0, 0, 0)).save(buffer, format="PNG", pnginfo=info)
+    return buffer.getvalue()
+
+
+def test_an_upload_keeps_the_invokeai_chunks_that_parse(images: ImageService) -> None:
+    graph = json.dumps({"id": "g", "nodes": {}, "edges": []})
+    workflow = json.dumps({"name": "w", "nodes": [], "edges": []})
+    data = _png_with_chunks(invokeai_metadata='{"seed": 1}', invokeai_workflow=workflow, invokeai_graph=graph)
+    record = images.upload(data, "a.png")
+    assert images.get_metadata(record.image_name) == {"seed": 1}
+    assert images.get_workflow_and_graph(record.image_name) == (workflow, graph)
+    assert record.has_workflow
+    # The client's metadata wins; chunks that do not parse (or hold NaN) are dropped.
+    data = _png_with_chunks(invokeai_metadata="[1]", invokeai_workflow='{"nodes": NaN}', invokeai_graph="{}")
+    record = images.upload(data, "a.png", metadata='{"seed": 2}')
+    assert images.get_metadata(record.image_name) == {"seed": 2}
+    assert images.get_workflow_and_graph(record.image_name) == (None, None)
+    assert images.get_metadata(images.upload(data, "a.png").image_name) is None
+
+
+def test_an_upload_is_cropped_to_what_is_visible_and_resized(images: ImageService) -> None:
+    image = Image.new("RGBA", (40, 30), (0, 0, 0, 0))
+    image.paste((255, 0, 0, 255), (5, 6, 15, 10))
+    record = images.upload(_encoded(image), "a.png", crop_visible=True)
+    assert (record.width, record.height) == (10, 4)
+    record = images.upload(_encoded(image), "a.png", resize_to=(8, 6))
+    assert (record.width, record.height) == (8, 6)
+    # Nothing visible: nothing to crop to, the image stays whole.
+    record = images.upload(_encoded(Image.new("RGBA", (7, 5), (0, 0, 0, 0))), "a.png", crop_visible=True)
+    assert (record.width, record.height) == (7, 5)

@@ -66,7 +66,9 @@ def test_a_new_migration_upgrades_an_existing_database(tmp_path: Path) -> None:
 
 def test_in_memory_databases_are_separate() -> None:
     first, second = SqliteDatabase(None), SqliteDatabase(None)
-    first.execute("INSERT INTO images VALUES ('a', 1, 1, 'generated', NULL, NULL, NULL, 'now')")
+    first.execute(
+        "INSERT INTO images (image_name, width, height, origin, created_at) VALUES ('a', 1, 1, 'generated', 'now')"
+    )
     assert first.execute("SELECT COUNT(*) FROM images")[0][0] == 1
     assert second.execute("SELECT COUNT(*) FROM images")[0][0] == 0
     assert second.schema_version == len(MIGRATIONS)

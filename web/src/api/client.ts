@@ -3,7 +3,8 @@ import type { components, paths } from "./schema";
 
 export type Schemas = components["schemas"];
 export type ModelRecord = Schemas["ModelRecord"];
-export type ImageRecord = Schemas["ImageRecord"];
+// InvokeAI's ImageDTO: the record with its URLs and board (this page reads the record's fields).
+export type ImageRecord = Schemas["ImageDTO"];
 export type QueueItem = Schemas["SessionQueueItem"];
 export type QueueStatus = Schemas["SessionQueueAndProcessorStatus"];
 export type AttentionStats = Schemas["AttentionStats"];

@@ -705,12 +705,78 @@ export interface paths {
         };
         /**
          * List Images
-         * @description Image records, newest first.
+         * @description A page of images, starred first (unless starred_first=false), then newest first (or oldest: order_dir=ASC),
+         *     with the total the filters select. InvokeAI's gallery passes is_intermediate=false.
          */
-        get: operations["list_images"];
+        get: operations["list_image_dtos"];
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/names": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Image Names
+         * @description The names of the images the filters select, in the list's order (InvokeAI's gallery scrolls over these),
+         *     at most 100000.
+         */
+        get: operations["get_image_names"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/images_by_names": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Get Images By Names
+         * @description The DTOs of the named images, in the order asked; a name that is no image is left out.
+         */
+        post: operations["get_images_by_names"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/intermediates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Intermediates Count
+         * @description How many intermediate images there are.
+         */
+        get: operations["get_intermediates_count"];
+        put?: never;
+        post?: never;
+        /**
+         * Clear Intermediates
+         * @description Delete every intermediate image; the answer is how many were deleted.
+         */
+        delete: operations["clear_intermediates"];
         options?: never;
         head?: never;
         patch?: never;
@@ -723,12 +789,127 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get Record */
-        get: operations["get_image_record"];
+        /** Get Image Dto */
+        get: operations["get_image_dto"];
         put?: never;
         post?: never;
-        /** Delete Image */
+        /**
+         * Delete Image
+         * @description Delete the image (its file, thumbnail, record and board membership).
+         */
         delete: operations["delete_image"];
+        options?: never;
+        head?: never;
+        /**
+         * Update Image
+         * @description Change an image's category, session id, intermediate flag or star (the fields given).
+         */
+        patch: operations["update_image"];
+        trace?: never;
+    };
+    "/api/v1/images/delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Delete Images From List
+         * @description Delete the named images; a name that is no image is left out of the answer.
+         */
+        post: operations["delete_images_from_list"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/star": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Star Images In List */
+        post: operations["star_images_in_list"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/unstar": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Unstar Images In List */
+        post: operations["unstar_images_in_list"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/i/{image_name}/metadata": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Image Metadata
+         * @description The metadata stored with the image (a core_metadata node's fields, or an upload's), or null.
+         */
+        get: operations["get_image_metadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/i/{image_name}/workflow": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Image Workflow */
+        get: operations["get_image_workflow"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/images/i/{image_name}/urls": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Image Urls */
+        get: operations["get_image_urls"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -743,7 +924,7 @@ export interface paths {
         };
         /**
          * Get Full
-         * @description The PNG, with the graph and node that made it in its invokeai_metadata text chunk.
+         * @description The PNG, with InvokeAI's invokeai_metadata, invokeai_workflow and invokeai_graph text chunks.
          */
         get: operations["get_image_full"];
         put?: never;
@@ -782,9 +963,357 @@ export interface paths {
         put?: never;
         /**
          * Upload Image
-         * @description Store an image (re-encoded as PNG); nothing is stored unless it decodes completely.
+         * @description Store an image (re-encoded as PNG, keeping an InvokeAI PNG's metadata, workflow and graph); nothing is
+         *     stored unless it decodes completely.
          */
         post: operations["upload_image"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/boards/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Boards
+         * @description Every board (all=true: a list), or a page of them (offset and limit), archived ones only when asked.
+         */
+        get: operations["list_boards"];
+        put?: never;
+        /** Create Board */
+        post: operations["create_board"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/boards/{board_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Board */
+        get: operations["get_board"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete Board
+         * @description Delete the board. Its images stay, on no board, unless include_images: then they are deleted too.
+         */
+        delete: operations["delete_board"];
+        options?: never;
+        head?: never;
+        /**
+         * Update Board
+         * @description Rename, archive or unarchive a board, or choose its cover (an image on it). Answers 201, as InvokeAI's.
+         */
+        patch: operations["update_board"];
+        trace?: never;
+    };
+    "/api/v1/boards/{board_id}/image_names": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List All Board Image Names
+         * @description The names of the board's images, newest first (at most 100000).
+         */
+        get: operations["list_all_board_image_names"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/board_images/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add Image To Board */
+        post: operations["add_image_to_board"];
+        /**
+         * Remove Image From Board
+         * @description Take the image off its board (an image on none stays so, and counts as removed).
+         */
+        delete: operations["remove_image_from_board"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/board_images/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add Images To Board */
+        post: operations["add_images_to_board"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/board_images/batch/delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Remove Images From Board */
+        post: operations["remove_images_from_board"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/client_state/{queue_id}/get_by_key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Client State By Key
+         * @description The value stored under the key, or null.
+         */
+        get: operations["get_client_state_by_key"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/client_state/{queue_id}/set_by_key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Set Client State
+         * @description Store the value under the key (replacing any); the answer is the value.
+         */
+        post: operations["set_client_state"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/client_state/{queue_id}/get_keys_by_prefix": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Client State Keys By Prefix
+         * @description The keys that start with the prefix, most recently set first.
+         */
+        get: operations["get_client_state_keys_by_prefix"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/client_state/{queue_id}/delete_by_key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Delete Client State By Key
+         * @description Forget the key (a key that is not stored is no error).
+         */
+        post: operations["delete_client_state_by_key"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/client_state/{queue_id}/delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Delete Client State
+         * @description Forget every key.
+         */
+        post: operations["delete_client_state"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workflows/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Workflows
+         * @description A page of the library (items without their workflow JSON: GET i/{workflow_id} has it).
+         */
+        get: operations["list_workflows"];
+        put?: never;
+        /**
+         * Create Workflow
+         * @description Save a new workflow under a new id; the answer is its record.
+         */
+        post: operations["create_workflow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workflows/tags": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get All Tags
+         * @description Every tag of the library's workflows, sorted.
+         */
+        get: operations["get_all_tags"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workflows/counts_by_tag": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Counts By Tag
+         * @description For each tag, how many workflows have it.
+         */
+        get: operations["get_counts_by_tag"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workflows/counts_by_category": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Counts By Category
+         * @description For each category, how many workflows are of it.
+         */
+        get: operations["counts_by_category"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workflows/i/{workflow_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Workflow */
+        get: operations["get_workflow"];
+        put?: never;
+        post?: never;
+        /** Delete Workflow */
+        delete: operations["delete_workflow"];
+        options?: never;
+        head?: never;
+        /**
+         * Update Workflow
+         * @description Replace the workflow (its body's id names it, and must be the path's).
+         */
+        patch: operations["update_workflow"];
+        trace?: never;
+    };
+    "/api/v1/workflows/i/{workflow_id}/opened_at": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Update Opened At
+         * @description Record that a client opened the workflow now (the library's recent list, has_been_opened).
+         */
+        put: operations["update_opened_at"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -862,6 +1391,50 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AddImageToBoardBody */
+        AddImageToBoardBody: {
+            /**
+             * Board Id
+             * @description The board to put the image on.
+             */
+            board_id: string;
+            /**
+             * Image Name
+             * @description The image.
+             */
+            image_name: string;
+        };
+        /** AddImagesToBoardBody */
+        AddImagesToBoardBody: {
+            /**
+             * Board Id
+             * @description The board to put the images on.
+             */
+            board_id: string;
+            /**
+             * Image Names
+             * @description The images.
+             */
+            image_names: string[];
+        };
+        /** AddImagesToBoardResult */
+        AddImagesToBoardResult: {
+            /**
+             * Added Images
+             * @description The images now on the board
+             */
+            added_images: string[];
+            /**
+             * Failed Images
+             * @description Always empty: a name that is no image is left out
+             */
+            failed_images: string[];
+            /**
+             * Affected Boards
+             * @description The board, and those the images left ('none': no board)
+             */
+            affected_boards: string[];
+        };
         /** AppConfig */
         AppConfig: {
             /**
@@ -1202,6 +1775,93 @@ export interface components {
              */
             color: string;
         };
+        /**
+         * BoardChanges
+         * @description What a client may change of a board; a field left out (or null) is left as it is.
+         */
+        BoardChanges: {
+            /**
+             * Board Name
+             * @description The board's new name
+             */
+            board_name?: string | null;
+            /**
+             * Cover Image Name
+             * @description An image on the board to show as its cover
+             */
+            cover_image_name?: string | null;
+            /**
+             * Archived
+             * @description Whether the board is archived
+             */
+            archived?: boolean | null;
+        };
+        /** BoardDTO */
+        BoardDTO: {
+            /**
+             * Board Id
+             * @description The board's id
+             */
+            board_id: string;
+            /**
+             * Board Name
+             * @description The board's name
+             */
+            board_name: string;
+            /**
+             * User Id
+             * @description Its owner: always 'system' (this server has one user)
+             */
+            user_id: string;
+            /**
+             * Created At
+             * @description When the board was made (ISO 8601, UTC)
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * @description When it last changed (ISO 8601, UTC)
+             */
+            updated_at: string;
+            /**
+             * Deleted At
+             * @description Always null: a deleted board is gone
+             */
+            deleted_at?: string | null;
+            /**
+             * Cover Image Name
+             * @description The image set as its cover while that image is on the board; else its newest image (starred first), as InvokeAI picks it; null for a board with no image
+             */
+            cover_image_name: string | null;
+            /**
+             * Archived
+             * @description Archived boards are left out of lists unless include_archived
+             */
+            archived: boolean;
+            /**
+             * Board Visibility
+             * @description Always private (one user)
+             * @default private
+             * @constant
+             */
+            board_visibility: "private";
+            /**
+             * Image Count
+             * @description How many of its images are of the general category and not intermediate
+             */
+            image_count: number;
+            /**
+             * Video Count
+             * @description Always 0: this server keeps no videos
+             * @default 0
+             */
+            video_count: number;
+            /**
+             * Asset Count
+             * @description How many of its images are assets (control, mask, user, other)
+             */
+            asset_count: number;
+        };
         /** Body_upload_image */
         Body_upload_image: {
             /**
@@ -1209,6 +1869,16 @@ export interface components {
              * @description The image file.
              */
             file: string;
+            /**
+             * Resize To
+             * @description JSON text {"width": w, "height": h}: resize to that (at most 4096 * 4096 px).
+             */
+            resize_to?: string | null;
+            /**
+             * Metadata
+             * @description JSON text of an object: the image's metadata, instead of the file's own.
+             */
+            metadata?: string | null;
         };
         /**
          * BooleanInvocation
@@ -1341,6 +2011,67 @@ export interface components {
             /** @description The conditioning */
             conditioning: components["schemas"]["ConditioningField"];
         };
+        /** CreateWorkflowBody */
+        CreateWorkflowBody: {
+            /** @description The workflow to save (its category must be user). */
+            workflow: components["schemas"]["WorkflowWithoutID"];
+        };
+        /** DeleteBoardResult */
+        DeleteBoardResult: {
+            /**
+             * Board Id
+             * @description The id of the board deleted
+             */
+            board_id: string;
+            /**
+             * Deleted Board Images
+             * @description Without include_images: the images that were on the board (now on none)
+             */
+            deleted_board_images: string[];
+            /**
+             * Deleted Images
+             * @description With include_images: the images deleted
+             */
+            deleted_images: string[];
+            /**
+             * Deleted Board Videos
+             * @description Always empty (no videos here)
+             */
+            deleted_board_videos?: string[];
+            /**
+             * Deleted Videos
+             * @description Always empty (no videos here)
+             */
+            deleted_videos?: string[];
+            /**
+             * Failed Images
+             * @description Always empty: a failure answers an error
+             */
+            failed_images?: string[];
+            /**
+             * Failed Videos
+             * @description Always empty (no videos here)
+             */
+            failed_videos?: string[];
+        };
+        /** DeleteImagesResult */
+        DeleteImagesResult: {
+            /**
+             * Deleted Images
+             * @description The names of the images deleted
+             */
+            deleted_images: string[];
+            /**
+             * Failed Images
+             * @description Always empty: a failure to delete answers an error instead
+             */
+            failed_images: string[];
+            /**
+             * Affected Boards
+             * @description The boards they were on ('none': on no board)
+             */
+            affected_boards: string[];
+        };
         /** DeletedResult */
         DeletedResult: {
             /**
@@ -1415,6 +2146,13 @@ export interface components {
              * @description The new items' ids, in the order they will run.
              */
             item_ids: number[];
+        };
+        /** ExposedField */
+        ExposedField: {
+            /** Nodeid */
+            nodeId: string;
+            /** Fieldname */
+            fieldName: string;
         };
         /** FamilyDefaults */
         FamilyDefaults: {
@@ -1904,38 +2642,10 @@ export interface components {
             alpha: number;
         };
         /**
-         * ImageField
-         * @description An image passed between nodes: the name of an image the images service holds.
+         * ImageDTO
+         * @description An image as InvokeAI's clients read it: the record, its URLs and its board.
          */
-        ImageField: {
-            /**
-             * Image Name
-             * @description The name of the image
-             */
-            image_name: string;
-        };
-        /** ImageOutput */
-        ImageOutput: {
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "image_output";
-            /** @description The output image */
-            image: components["schemas"]["ImageField"];
-            /**
-             * Width
-             * @description The width of the image in pixels
-             */
-            width: number;
-            /**
-             * Height
-             * @description The height of the image in pixels
-             */
-            height: number;
-        };
-        /** ImageRecord */
-        ImageRecord: {
+        ImageDTO: {
             /**
              * Image Name
              * @description The server-generated name of the image
@@ -1956,6 +2666,16 @@ export interface components {
              * @description When the image was stored (ISO 8601, UTC)
              */
             created_at: string;
+            /**
+             * Updated At
+             * @description When the record last changed (ISO 8601, UTC)
+             */
+            updated_at: string;
+            /**
+             * Deleted At
+             * @description Always null: a deleted image is gone (as InvokeAI's)
+             */
+            deleted_at?: string | null;
             /**
              * Origin
              * @description Made by a node, or uploaded by a client
@@ -1986,22 +2706,121 @@ export interface components {
              */
             is_intermediate: boolean;
             /**
+             * Starred
+             * @description Starred images come first in the gallery's lists
+             * @default false
+             */
+            starred: boolean;
+            /**
              * Has Workflow
              * @description Whether a workflow was stored with the image
              * @default false
              */
             has_workflow: boolean;
+            /**
+             * Image Url
+             * @description Where the PNG is (relative to the server, as InvokeAI's)
+             */
+            image_url: string;
+            /**
+             * Thumbnail Url
+             * @description Where its WEBP thumbnail is
+             */
+            thumbnail_url: string;
+            /**
+             * Board Id
+             * @description The board the image is on; null: uncategorized
+             */
+            board_id?: string | null;
+            /**
+             * Image Origin
+             * @description `origin` in InvokeAI's words: internal (generated) or external (uploaded)
+             * @enum {string}
+             */
+            readonly image_origin: "internal" | "external";
         };
-        /** ImageRecordPage */
-        ImageRecordPage: {
-            /** Items */
-            items: components["schemas"]["ImageRecord"][];
-            /** Offset */
-            offset: number;
-            /** Limit */
-            limit: number;
-            /** Total */
-            total: number;
+        /**
+         * ImageField
+         * @description An image passed between nodes: the name of an image the images service holds.
+         */
+        ImageField: {
+            /**
+             * Image Name
+             * @description The name of the image
+             */
+            image_name: string;
+        };
+        /** ImageNamesBody */
+        ImageNamesBody: {
+            /**
+             * Image Names
+             * @description The names of the images.
+             */
+            image_names: string[];
+        };
+        /** ImageNamesResult */
+        ImageNamesResult: {
+            /**
+             * Image Names
+             * @description The names, in the list's order (at most 100000)
+             */
+            image_names: string[];
+            /**
+             * Starred Count
+             * @description How many of them are starred (0 unless starred_first)
+             */
+            starred_count: number;
+            /**
+             * Total Count
+             * @description How many images the filters select
+             */
+            total_count: number;
+        };
+        /** ImageOutput */
+        ImageOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "image_output";
+            /** @description The output image */
+            image: components["schemas"]["ImageField"];
+            /**
+             * Width
+             * @description The width of the image in pixels
+             */
+            width: number;
+            /**
+             * Height
+             * @description The height of the image in pixels
+             */
+            height: number;
+        };
+        /**
+         * ImageRecordChanges
+         * @description What a client may change of an image (InvokeAI's; other fields are ignored, as InvokeAI ignores them).
+         */
+        ImageRecordChanges: {
+            /**
+             * Image Category
+             * @description The image's new category
+             */
+            image_category?: ("general" | "mask" | "control" | "user" | "other") | null;
+            /**
+             * Session Id
+             * @description The image's new session id
+             */
+            session_id?: string | null;
+            /**
+             * Is Intermediate
+             * @description The image's new is_intermediate flag
+             */
+            is_intermediate?: boolean | null;
+            /**
+             * Starred
+             * @description Whether the image is starred
+             */
+            starred?: boolean | null;
         };
         /**
          * ImageResizeInvocation
@@ -2049,6 +2868,24 @@ export interface components {
              * @default bicubic
              */
             resample_mode: components["schemas"]["ResampleMode"];
+        };
+        /** ImageUrls */
+        ImageUrls: {
+            /**
+             * Image Name
+             * @description The image's name
+             */
+            image_name: string;
+            /**
+             * Image Url
+             * @description Where the PNG is (relative to the server, as InvokeAI's)
+             */
+            image_url: string;
+            /**
+             * Thumbnail Url
+             * @description Where its WEBP thumbnail is
+             */
+            thumbnail_url: string;
         };
         /**
          * IntegerInvocation
@@ -2797,6 +3634,80 @@ export interface components {
             field_name: string;
             value: components["schemas"]["JsonValue"];
         };
+        /** OffsetPaginatedResults[BoardDTO] */
+        OffsetPaginatedResults_BoardDTO_: {
+            /**
+             * Limit
+             * @description How many items were asked for
+             */
+            limit: number;
+            /**
+             * Offset
+             * @description How many were skipped
+             */
+            offset: number;
+            /**
+             * Total
+             * @description How many there are in all (of those the filters select)
+             */
+            total: number;
+            /**
+             * Items
+             * @description The page's items
+             */
+            items: components["schemas"]["BoardDTO"][];
+        };
+        /** OffsetPaginatedResults[ImageDTO] */
+        OffsetPaginatedResults_ImageDTO_: {
+            /**
+             * Limit
+             * @description How many items were asked for
+             */
+            limit: number;
+            /**
+             * Offset
+             * @description How many were skipped
+             */
+            offset: number;
+            /**
+             * Total
+             * @description How many there are in all (of those the filters select)
+             */
+            total: number;
+            /**
+             * Items
+             * @description The page's items
+             */
+            items: components["schemas"]["ImageDTO"][];
+        };
+        /** PaginatedResults[WorkflowRecordListItemWithThumbnailDTO] */
+        PaginatedResults_WorkflowRecordListItemWithThumbnailDTO_: {
+            /**
+             * Page
+             * @description The page (from 0)
+             */
+            page: number;
+            /**
+             * Pages
+             * @description How many pages there are
+             */
+            pages: number;
+            /**
+             * Per Page
+             * @description Items per page (all of them when no page size was given)
+             */
+            per_page: number;
+            /**
+             * Total
+             * @description How many there are in all (of those the filters select)
+             */
+            total: number;
+            /**
+             * Items
+             * @description The page's items
+             */
+            items: components["schemas"]["WorkflowRecordListItemWithThumbnailDTO"][];
+        };
         /** ProcessorStatus */
         ProcessorStatus: {
             /**
@@ -3066,6 +3977,40 @@ export interface components {
              * @default 0
              */
             seed: number;
+        };
+        /** RemoveImageFromBoardBody */
+        RemoveImageFromBoardBody: {
+            /**
+             * Image Name
+             * @description The image to take off its board.
+             */
+            image_name: string;
+        };
+        /** RemoveImagesFromBoardBody */
+        RemoveImagesFromBoardBody: {
+            /**
+             * Image Names
+             * @description The images.
+             */
+            image_names: string[];
+        };
+        /** RemoveImagesFromBoardResult */
+        RemoveImagesFromBoardResult: {
+            /**
+             * Removed Images
+             * @description The images now on no board
+             */
+            removed_images: string[];
+            /**
+             * Failed Images
+             * @description Always empty: a name that is no image is left out
+             */
+            failed_images: string[];
+            /**
+             * Affected Boards
+             * @description 'none', and the boards the images left
+             */
+            affected_boards: string[];
         };
         /**
          * ResampleMode
@@ -3627,6 +4572,24 @@ export interface components {
              */
             admin_email?: string | null;
         };
+        /** StarredImagesResult */
+        StarredImagesResult: {
+            /**
+             * Starred Images
+             * @description The names of the images starred
+             */
+            starred_images: string[];
+            /**
+             * Failed Images
+             * @description Always empty: a name that is no image is left out
+             */
+            failed_images: string[];
+            /**
+             * Affected Boards
+             * @description The boards they are on ('none': on no board)
+             */
+            affected_boards: string[];
+        };
         /**
          * StringInvocation
          * @description A string value.
@@ -3689,6 +4652,29 @@ export interface components {
             loras?: {
                 [key: string]: unknown;
             }[];
+        };
+        /** UnstarredImagesResult */
+        UnstarredImagesResult: {
+            /**
+             * Unstarred Images
+             * @description The names of the images unstarred
+             */
+            unstarred_images: string[];
+            /**
+             * Failed Images
+             * @description Always empty: a name that is no image is left out
+             */
+            failed_images: string[];
+            /**
+             * Affected Boards
+             * @description The boards they are on ('none': on no board)
+             */
+            affected_boards: string[];
+        };
+        /** UpdateWorkflowBody */
+        UpdateWorkflowBody: {
+            /** @description The workflow, with the id of the one it replaces. */
+            workflow: components["schemas"]["Workflow"];
         };
         /**
          * VAEField
@@ -3761,6 +4747,318 @@ export interface components {
              * @description Every model component in the shared RAM cache, and whether this worker's device holds it.
              */
             cached_models: components["schemas"]["CachedModel"][];
+        };
+        /** Workflow */
+        Workflow: {
+            /**
+             * Name
+             * @description The name of the workflow.
+             */
+            name: string;
+            /**
+             * Author
+             * @description The author of the workflow.
+             */
+            author: string;
+            /**
+             * Description
+             * @description The description of the workflow.
+             */
+            description: string;
+            /**
+             * Version
+             * @description The version of the workflow.
+             */
+            version: string;
+            /**
+             * Contact
+             * @description The contact of the workflow.
+             */
+            contact: string;
+            /**
+             * Tags
+             * @description The tags of the workflow, comma-separated.
+             */
+            tags: string;
+            /**
+             * Notes
+             * @description The notes of the workflow.
+             */
+            notes: string;
+            /**
+             * Exposedfields
+             * @description The exposed fields of the workflow.
+             */
+            exposedFields: components["schemas"]["ExposedField"][];
+            /** @description The meta of the workflow. */
+            meta: components["schemas"]["WorkflowMeta"];
+            /**
+             * Nodes
+             * @description The nodes of the workflow.
+             */
+            nodes: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[];
+            /**
+             * Edges
+             * @description The edges of the workflow.
+             */
+            edges: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[];
+            /**
+             * Form
+             * @description The form of the workflow.
+             */
+            form?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            } | null;
+            /**
+             * Id
+             * @description The id of the workflow.
+             */
+            id: string;
+        };
+        /** WorkflowAndGraphResponse */
+        WorkflowAndGraphResponse: {
+            /**
+             * Workflow
+             * @description The workflow the image was made with, as JSON text
+             */
+            workflow: string | null;
+            /**
+             * Graph
+             * @description The graph that made the image, as JSON text
+             */
+            graph: string | null;
+        };
+        /** WorkflowMeta */
+        WorkflowMeta: {
+            /**
+             * Version
+             * @description The version of the workflow schema (semver).
+             */
+            version: string;
+            /**
+             * Category
+             * @description user, or default (InvokeAI's own, which cannot be saved here).
+             * @enum {string}
+             */
+            category: "user" | "default";
+        };
+        /** WorkflowRecordDTO */
+        WorkflowRecordDTO: {
+            /**
+             * Workflow Id
+             * @description The id of the workflow.
+             */
+            workflow_id: string;
+            /**
+             * Name
+             * @description The name of the workflow.
+             */
+            name: string;
+            /**
+             * Created At
+             * @description When it was saved first (ISO 8601, UTC).
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * @description When it was saved last (ISO 8601, UTC).
+             */
+            updated_at: string;
+            /**
+             * Opened At
+             * @description When a client last opened it (PUT opened_at).
+             */
+            opened_at?: string | null;
+            /**
+             * User Id
+             * @description Its owner: always 'system' (this server has one user).
+             */
+            user_id: string;
+            /**
+             * Is Public
+             * @description Always true (one user: every workflow is shared with every user).
+             */
+            is_public: boolean;
+            /** @description The workflow. */
+            workflow: components["schemas"]["Workflow"];
+        };
+        /** WorkflowRecordListItemWithThumbnailDTO */
+        WorkflowRecordListItemWithThumbnailDTO: {
+            /**
+             * Workflow Id
+             * @description The id of the workflow.
+             */
+            workflow_id: string;
+            /**
+             * Name
+             * @description The name of the workflow.
+             */
+            name: string;
+            /**
+             * Created At
+             * @description When it was saved first (ISO 8601, UTC).
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * @description When it was saved last (ISO 8601, UTC).
+             */
+            updated_at: string;
+            /**
+             * Opened At
+             * @description When a client last opened it (PUT opened_at).
+             */
+            opened_at?: string | null;
+            /**
+             * User Id
+             * @description Its owner: always 'system' (this server has one user).
+             */
+            user_id: string;
+            /**
+             * Is Public
+             * @description Always true (one user: every workflow is shared with every user).
+             */
+            is_public: boolean;
+            /**
+             * Description
+             * @description The description of the workflow.
+             */
+            description: string;
+            /**
+             * Category
+             * @description The category of the workflow.
+             * @enum {string}
+             */
+            category: "user" | "default";
+            /**
+             * Tags
+             * @description The tags of the workflow.
+             */
+            tags: string;
+            /**
+             * Thumbnail Url
+             * @description Always null: this server keeps no thumbnails.
+             */
+            thumbnail_url?: string | null;
+        };
+        /** WorkflowRecordWithThumbnailDTO */
+        WorkflowRecordWithThumbnailDTO: {
+            /**
+             * Workflow Id
+             * @description The id of the workflow.
+             */
+            workflow_id: string;
+            /**
+             * Name
+             * @description The name of the workflow.
+             */
+            name: string;
+            /**
+             * Created At
+             * @description When it was saved first (ISO 8601, UTC).
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * @description When it was saved last (ISO 8601, UTC).
+             */
+            updated_at: string;
+            /**
+             * Opened At
+             * @description When a client last opened it (PUT opened_at).
+             */
+            opened_at?: string | null;
+            /**
+             * User Id
+             * @description Its owner: always 'system' (this server has one user).
+             */
+            user_id: string;
+            /**
+             * Is Public
+             * @description Always true (one user: every workflow is shared with every user).
+             */
+            is_public: boolean;
+            /** @description The workflow. */
+            workflow: components["schemas"]["Workflow"];
+            /**
+             * Thumbnail Url
+             * @description Always null: this server keeps no thumbnails.
+             */
+            thumbnail_url?: string | null;
+        };
+        /**
+         * WorkflowWithoutID
+         * @description A workflow as InvokeAI's editor writes it; nodes, edges and form are kept as sent (InvokeAI's frontend
+         *     checks them). Fields InvokeAI does not know are dropped, as InvokeAI drops them.
+         */
+        WorkflowWithoutID: {
+            /**
+             * Name
+             * @description The name of the workflow.
+             */
+            name: string;
+            /**
+             * Author
+             * @description The author of the workflow.
+             */
+            author: string;
+            /**
+             * Description
+             * @description The description of the workflow.
+             */
+            description: string;
+            /**
+             * Version
+             * @description The version of the workflow.
+             */
+            version: string;
+            /**
+             * Contact
+             * @description The contact of the workflow.
+             */
+            contact: string;
+            /**
+             * Tags
+             * @description The tags of the workflow, comma-separated.
+             */
+            tags: string;
+            /**
+             * Notes
+             * @description The notes of the workflow.
+             */
+            notes: string;
+            /**
+             * Exposedfields
+             * @description The exposed fields of the workflow.
+             */
+            exposedFields: components["schemas"]["ExposedField"][];
+            /** @description The meta of the workflow. */
+            meta: components["schemas"]["WorkflowMeta"];
+            /**
+             * Nodes
+             * @description The nodes of the workflow.
+             */
+            nodes: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[];
+            /**
+             * Edges
+             * @description The edges of the workflow.
+             */
+            edges: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[];
+            /**
+             * Form
+             * @description The form of the workflow.
+             */
+            form?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            } | null;
         };
         /**
          * ZImageConditioningField
@@ -5437,11 +6735,27 @@ export interface operations {
             };
         };
     };
-    list_images: {
+    list_image_dtos: {
         parameters: {
             query?: {
+                /** @description Only images made here (internal) or uploaded (external). */
+                image_origin?: ("internal" | "external") | null;
+                /** @description Only images of these categories. */
+                categories?: ("general" | "mask" | "control" | "user" | "other")[] | null;
+                /** @description Only intermediate images (true), or none (false). */
+                is_intermediate?: boolean | null;
+                /** @description Only the images of this board; 'none': only those on no board. */
+                board_id?: string | null;
+                /** @description How many to skip. */
                 offset?: number;
+                /** @description How many at most (0: only the total). */
                 limit?: number;
+                /** @description Oldest (ASC) or newest (DESC) first. */
+                order_dir?: "ASC" | "DESC";
+                /** @description Starred images before the others. */
+                starred_first?: boolean;
+                /** @description Only images whose metadata or creation time holds this text. */
+                search_term?: string | null;
             };
             header?: never;
             path?: never;
@@ -5455,11 +6769,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ImageRecordPage"];
+                    "application/json": components["schemas"]["OffsetPaginatedResults_ImageDTO_"];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description board_id names no board. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5476,7 +6797,173 @@ export interface operations {
             };
         };
     };
-    get_image_record: {
+    get_image_names: {
+        parameters: {
+            query?: {
+                /** @description Only images made here (internal) or uploaded (external). */
+                image_origin?: ("internal" | "external") | null;
+                /** @description Only images of these categories. */
+                categories?: ("general" | "mask" | "control" | "user" | "other")[] | null;
+                /** @description Only intermediate images (true), or none (false). */
+                is_intermediate?: boolean | null;
+                /** @description Only the images of this board; 'none': only those on no board. */
+                board_id?: string | null;
+                /** @description Oldest (ASC) or newest (DESC) first. */
+                order_dir?: "ASC" | "DESC";
+                /** @description Starred images before the others. */
+                starred_first?: boolean;
+                /** @description Only images whose metadata or creation time holds this text. */
+                search_term?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageNamesResult"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description board_id names no board. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_images_by_names: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageNamesBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageDTO"][];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_intermediates_count: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": number;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    clear_intermediates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": number;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_image_dto: {
         parameters: {
             query?: never;
             header?: never;
@@ -5493,7 +6980,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ImageRecord"];
+                    "application/json": components["schemas"]["ImageDTO"];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
@@ -5533,11 +7020,375 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description Successful Response */
-            204: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeleteImagesResult"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description No image of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_image: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                image_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageRecordChanges"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageDTO"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No image of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_images_from_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageNamesBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeleteImagesResult"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    star_images_in_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageNamesBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StarredImagesResult"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    unstar_images_in_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageNamesBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UnstarredImagesResult"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_image_metadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                image_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    } | null;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No image of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_image_workflow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                image_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowAndGraphResponse"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No image of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_image_urls: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                image_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageUrls"];
+                };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
             401: {
@@ -5656,7 +7507,18 @@ export interface operations {
     };
     upload_image: {
         parameters: {
-            query?: never;
+            query: {
+                /** @description What the image is for (InvokeAI's category). */
+                image_category: "general" | "mask" | "control" | "user" | "other";
+                /** @description Whether the image is intermediate (kept out of lists). */
+                is_intermediate: boolean;
+                /** @description The board to put it on. */
+                board_id?: string | null;
+                /** @description The session to record it with. */
+                session_id?: string | null;
+                /** @description Cut away fully transparent borders. */
+                crop_visible?: boolean | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -5673,7 +7535,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ImageRecord"];
+                    "application/json": components["schemas"]["ImageDTO"];
                 };
             };
             /** @description The multipart body is malformed (no boundary, a part without a name, broken framing), has more than 1000 fields or files, or a part other than a file of more than 1 MB. */
@@ -5690,6 +7552,13 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description board_id names no board. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description The file is larger than max_upload_mb, or the image has too many pixels. */
             413: {
                 headers: {
@@ -5699,6 +7568,1234 @@ export interface operations {
             };
             /** @description The file is not an image that can be read. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_boards: {
+        parameters: {
+            query?: {
+                /** @description Order by creation time or by name. */
+                order_by?: "created_at" | "board_name";
+                /** @description ASC or DESC. */
+                direction?: "ASC" | "DESC";
+                /** @description Every board, as a list (else give offset and limit). */
+                all?: boolean | null;
+                /** @description How many to skip. */
+                offset?: number | null;
+                /** @description How many at most. */
+                limit?: number | null;
+                /** @description Archived boards too. */
+                include_archived?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OffsetPaginatedResults_BoardDTO_"] | components["schemas"]["BoardDTO"][];
+                };
+            };
+            /** @description Neither all=true nor both offset and limit were given. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_board: {
+        parameters: {
+            query: {
+                /** @description The new board's name. */
+                board_name: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BoardDTO"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server already keeps as many boards as it keeps (10000). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_board: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The board's id. */
+                board_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BoardDTO"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No board of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_board: {
+        parameters: {
+            query?: {
+                /** @description Delete the board's images too. */
+                include_images?: boolean | null;
+            };
+            header?: never;
+            path: {
+                /** @description The board's id. */
+                board_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeleteBoardResult"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No board of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_board: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The board's id. */
+                board_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BoardChanges"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BoardDTO"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No board of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A field is invalid, or cover_image_name is no image of the board. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    list_all_board_image_names: {
+        parameters: {
+            query?: {
+                /** @description Only images of these categories. */
+                categories?: ("general" | "mask" | "control" | "user" | "other")[] | null;
+                /** @description Only intermediate images, or none. */
+                is_intermediate?: boolean | null;
+            };
+            header?: never;
+            path: {
+                /** @description The board's id, or 'none' for none. */
+                board_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string[];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No board of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    add_image_to_board: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddImageToBoardBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AddImagesToBoardResult"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No board of that id, or (one image) no image of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    remove_image_from_board: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RemoveImageFromBoardBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RemoveImagesFromBoardResult"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No board of that id, or (one image) no image of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    add_images_to_board: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddImagesToBoardBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AddImagesToBoardResult"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No board of that id, or (one image) no image of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    remove_images_from_board: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RemoveImagesFromBoardBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RemoveImagesFromBoardResult"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_client_state_by_key: {
+        parameters: {
+            query: {
+                /** @description The key. */
+                key: string;
+            };
+            header?: never;
+            path: {
+                /** @description A queue id (not part of the key, as in InvokeAI). */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string | null;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    set_client_state: {
+        parameters: {
+            query: {
+                /** @description The key. */
+                key: string;
+            };
+            header?: never;
+            path: {
+                /** @description A queue id (not part of the key, as in InvokeAI). */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string;
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The key is new and 256 keys are stored, the most kept. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The value is longer than 1048576 characters. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_client_state_keys_by_prefix: {
+        parameters: {
+            query: {
+                /** @description The keys' beginning. */
+                prefix: string;
+            };
+            header?: never;
+            path: {
+                /** @description A queue id (not part of the key, as in InvokeAI). */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string[];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_client_state_by_key: {
+        parameters: {
+            query: {
+                /** @description The key. */
+                key: string;
+            };
+            header?: never;
+            path: {
+                /** @description A queue id (not part of the key, as in InvokeAI). */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_client_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A queue id (not part of the key, as in InvokeAI). */
+                queue_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_workflows: {
+        parameters: {
+            query?: {
+                /** @description The page (from 0). */
+                page?: number;
+                /** @description Workflows per page (not given: all of them). */
+                per_page?: number | null;
+                /** @description What to order by. */
+                order_by?: "created_at" | "updated_at" | "opened_at" | "name" | "is_public";
+                /** @description ASC or DESC. */
+                direction?: "ASC" | "DESC";
+                /** @description Only these categories. */
+                categories?: ("user" | "default")[] | null;
+                /** @description Only workflows with one of these tags. */
+                tags?: string[] | null;
+                /** @description Only workflows whose name, description or tags hold this. */
+                query?: string | null;
+                /** @description Only workflows opened (true) or never opened (false). */
+                has_been_opened?: boolean | null;
+                /** @description Only public (true) or private (false) ones: all are public. */
+                is_public?: boolean | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedResults_WorkflowRecordListItemWithThumbnailDTO_"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_workflow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWorkflowBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowRecordDTO"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The library is full (10000). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_all_tags: {
+        parameters: {
+            query?: {
+                /** @description Only these categories. */
+                categories?: ("user" | "default")[] | null;
+                /** @description Only public (true) or private (false) ones: all are public. */
+                is_public?: boolean | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string[];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_counts_by_tag: {
+        parameters: {
+            query: {
+                /** @description The tags to count. */
+                tags: string[];
+                /** @description Only these categories. */
+                categories?: ("user" | "default")[] | null;
+                /** @description Only workflows opened (true) or never opened (false). */
+                has_been_opened?: boolean | null;
+                /** @description Only public (true) or private (false) ones: all are public. */
+                is_public?: boolean | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: number;
+                    };
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    counts_by_category: {
+        parameters: {
+            query: {
+                /** @description The categories to count. */
+                categories: ("user" | "default")[];
+                /** @description Only workflows opened (true) or never opened (false). */
+                has_been_opened?: boolean | null;
+                /** @description Only public (true) or private (false) ones: all are public. */
+                is_public?: boolean | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: number;
+                    };
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_workflow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workflow's id. */
+                workflow_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowRecordWithThumbnailDTO"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No workflow of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_workflow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workflow's id. */
+                workflow_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No workflow of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_workflow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workflow's id. */
+                workflow_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateWorkflowBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowRecordDTO"];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No workflow of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is invalid, or its workflow.id is not the path's. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    update_opened_at: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workflow's id. */
+                workflow_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No workflow of that id. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -191,7 +191,12 @@ export function GeneratePage() {
     body.append("file", file);
     try {
       const record = await call(
-        api.POST("/api/v1/images/upload", { body: body as never, bodySerializer: (b: unknown) => b as FormData }),
+        api.POST("/api/v1/images/upload", {
+          // InvokeAI's required parameters: a user's upload, shown in the gallery.
+          params: { query: { image_category: "user", is_intermediate: false } },
+          body: body as never,
+          bodySerializer: (b: unknown) => b as FormData,
+        }),
       );
       await refreshImages();
       useSource(record.image_name, record.width, record.height);

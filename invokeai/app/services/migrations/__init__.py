@@ -10,6 +10,7 @@ from invokeai.app.services.migrations.m004_queue_graphs import migration as m004
 from invokeai.app.services.migrations.m005_queue_origin import migration as m005_queue_origin
 from invokeai.app.services.migrations.m006_queue_claims import migration as m006_queue_claims
 from invokeai.app.services.migrations.m007_image_flags import migration as m007_image_flags
+from invokeai.app.services.migrations.m008_boards_workflows import migration as m008_boards_workflows
 
 MIGRATIONS: list[Migration] = [
     m001_images,
@@ -19,6 +20,7 @@ MIGRATIONS: list[Migration] = [
     m005_queue_origin,
     m006_queue_claims,
     m007_image_flags,
+    m008_boards_workflows,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]
