@@ -63,12 +63,13 @@ class Case:
     guidance_field: str
     guidance_offset: float  # the pipeline's guidance_scale less the node's (GraphFacts.pipeline_guidance_offset)
     steps: int | None = None  # None: the example's
+    steps_field: str = "steps"  # the denoise node's step count (GraphFacts.steps_field: FLUX.1's is num_steps)
 
     @property
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = json.loads((EXAMPLES / f"{self.example}.json").read_text(encoding="utf-8"))
         if self.steps is not None:
-            body["batch"]["graph"]["nodes"]["denoise"]["steps"] = self.steps
+            body["batch"]["graph"]["nodes"]["denoise"][self.steps_field] = self.steps
         return body
 
 
@@ -101,7 +102,7 @@ def _cases() -> tuple[Case, ...]:
         example = _text_to_image_example(family, demo.name)
         steps = STEPS.get(family.name)
         denoise = json.loads((EXAMPLES / f"{example}.json").read_text(encoding="utf-8"))["batch"]["graph"]["nodes"]
-        shown = steps or denoise["denoise"]["steps"]
+        shown = steps or denoise["denoise"][family.graph.steps_field]
         size = f"{denoise['denoise']['width']}x{denoise['denoise']['height']}"
         label = f"{family.title} demo, {shown} steps at {size}"
         cases.append(
@@ -113,6 +114,7 @@ def _cases() -> tuple[Case, ...]:
                 family.graph.guidance_field,
                 family.graph.pipeline_guidance_offset,
                 steps=steps,
+                steps_field=family.graph.steps_field,
             )
         )
     return tuple(cases)
@@ -272,7 +274,7 @@ def pipeline_call(pipe: Any, case: Case) -> Callable[[], Any]:
         **prompt,
         width=denoise["width"],
         height=denoise["height"],
-        num_inference_steps=denoise["steps"],
+        num_inference_steps=denoise[case.steps_field],
         guidance_scale=denoise[case.guidance_field] + case.guidance_offset,
         generator=torch.Generator("cpu").manual_seed(denoise["seed"]),
     ).images[0]

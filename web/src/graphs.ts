@@ -7,7 +7,15 @@ import type { FieldSpec, NodeSpecs } from "./nodeSchemas";
  * family of its own: every fact below comes from that answer, so a family registered on the server shows up here
  * without a change to the web UI.
  */
-export type Family = FamilyInfo;
+export type Family = FamilyInfo & {
+  /** The denoise input of the step count (InvokeAI's FLUX.1 node: `num_steps`); absent from older servers. */
+  steps_field?: string;
+};
+
+/** The denoise node's step-count input. */
+export function stepsField(family: Family): string {
+  return family.steps_field ?? "steps";
+}
 
 /** The node roles of a family's graph, as `loader_links` names them. */
 export type Role = "text_encoder" | "denoise" | "decode" | "encode";
@@ -148,7 +156,7 @@ export function buildGraph(
   const denoise: Fields = {
     width: s.width,
     height: s.height,
-    steps: s.steps,
+    [stepsField(family)]: s.steps,
     [family.guidance.field]: s.guidance,
     seed,
   };
@@ -236,7 +244,7 @@ export function settingsFromGraph(graph: Graph, models: ModelRecord[], families:
   const num = (k: string): number | undefined => (typeof denoise[k] === "number" ? (denoise[k] as number) : undefined);
   if (num("width") !== undefined) out.width = num("width");
   if (num("height") !== undefined) out.height = num("height");
-  if (num("steps") !== undefined) out.steps = num("steps");
+  if (num(stepsField(family)) !== undefined) out.steps = num(stepsField(family));
   if (num("seed") !== undefined) out.seed = num("seed");
   if (num(family.guidance.field) !== undefined) out.guidance = num(family.guidance.field);
   if (typeof denoise.scheduler === "string") out.scheduler = denoise.scheduler;

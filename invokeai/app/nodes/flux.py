@@ -1,33 +1,38 @@
-"""FLUX.1 nodes: prompt -> conditioning (T5 hidden states and CLIP's pooled vector), conditioning (+ latents) ->
-latents, latents <-> image.
+"""FLUX.1 nodes, as InvokeAI 6.14.2 names and shapes them: flux_model_loader, whose outputs (transformer, CLIP,
+T5 encoder, VAE and T5 length) feed flux_text_encoder, flux_denoise, flux_vae_decode and flux_vae_encode.
 
-Each node resolves its model, has the model manager put the component on the device with its working memory
-reserved, and runs `invokeai.backend.families.flux.generation`, which computes what diffusers' FluxPipeline and
-FluxImg2ImgPipeline compute. A lone transformer (a BFL single file or a GGUF) gets its text encoders, VAE and
-scheduler from the installed FLUX.1 pipeline the manager pairs it with, so one name serves every node.
+Each node resolves the model its handle names, has the model manager put the component on the device with its
+working memory reserved, and runs `invokeai.backend.families.flux.generation`. flux_denoise computes what InvokeAI's
+does (its half-precision noise, its schedule, its image-to-image start; `generation.denoise_invokeai`), which for
+text-to-image is FluxPipeline's computation from that noise. Inputs InvokeAI has for features this server lacks
+(ControlNets, IP-adapters, Redux, Kontext, Fill, inpainting masks, regional prompts, DyPE) are accepted when null
+or empty and refused, naming the input, when set.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Annotated, Any, Literal
 
-from invokeai.app.nodes.base import InputField, InvocationContext
-from invokeai.app.nodes.family_nodes import (
-    FamilyNode,
-    ImageToImageInputs,
-    VaeDecodeNode,
-    VaeEncodeNode,
-    size_input,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from invokeai.app.nodes.base import BaseInvocationOutput, ImageField, InputField, InvocationContext, OutputField
+from invokeai.app.nodes.family_nodes import FamilyNode, size_input
+from invokeai.app.nodes.image import ImageOutput
 from invokeai.app.nodes.model_fields import (
-    ConditioningField,
-    ConditioningOutput,
+    SEED_MAX,
+    CLIPField,
+    LatentsField,
     LatentsOutput,
+    MetadataField,
     ModelIdentifier,
-    ModelInputField,
+    T5EncoderField,
+    TensorField,
+    TransformerField,
+    VAEField,
 )
 from invokeai.app.nodes.model_use import (
     TensorKind,
+    encode_image,
     family_model,
     fitted_preview,
     latents_output,
@@ -35,19 +40,44 @@ from invokeai.app.nodes.model_use import (
     start_latents,
     step_reporter,
 )
-from invokeai.backend.families.flux.constants import DEFAULT_GUIDANCE, T5_TOKENS_DEV, default_t5_tokens
+from invokeai.app.services.model_records import ModelRecord
+from invokeai.backend.families.flux.constants import default_t5_tokens
 from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
-
-if TYPE_CHECKING:
-    pass
-
 
 FAMILY = FLUX.name
 
 CONDITIONING = TensorKind("conditioning", ("flux_t5_embeds", "flux_clip_pooled"), "flux_text_encoder")
 LATENTS = TensorKind("latents", ("flux_latents",), "flux_denoise or flux_vae_encode")
 
-MODEL_DESCRIPTION = "The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline)"
+MAX_STEPS = 1000  # bounded work per request; InvokeAI sets no bound
+VAE_ENCODE_SEED = 0  # InvokeAI's flux_vae_encode samples the VAE posterior with a generator seeded 0
+
+SchedulerName = Literal["euler", "heun", "lcm"]  # InvokeAI's FLUX schedulers (generation.SAMPLERS)
+DyPEPreset = Literal["off", "manual", "auto", "area", "4k"]
+
+
+def _unsupported(what: str, allowed: str = "null") -> AfterValidator:
+    """An input InvokeAI has for a feature this server lacks: its empty value passes, any other is refused with
+    what is missing (rather than run without what the client asked for). Pydantic's error names the input."""
+
+    def check(value: Any) -> Any:
+        if value is not None and value != []:
+            raise ValueError(f"{what} is not supported by this server yet; send {allowed}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _dype_off(value: str) -> str:
+    if value != "off":
+        raise ValueError(f"DyPE (preset {value!r}) is not supported by this server yet; send 'off'")
+    return value
+
+
+# InvokeAI's handles for the features this server lacks, taken as free-form objects: only null (or an empty list)
+# is accepted, so their inner shape never matters here.
+_Handle = dict[str, Any]
+_Handles = _Handle | list[_Handle]
 
 
 class FluxNode(FamilyNode):
@@ -57,102 +87,330 @@ class FluxNode(FamilyNode):
     generation = "invokeai.backend.families.flux.generation"
 
 
-class FluxTextEncoderInvocation(FluxNode):
-    """A prompt encoded for flux_denoise: CLIP-L's pooled output and T5's hidden states of the prompt padded to
-    max_sequence_length tokens."""
+class FluxConditioningField(BaseModel):
+    """A prompt encoded by flux_text_encoder (T5 hidden states and CLIP's pooled output), with InvokeAI's regional
+    mask (this server takes none yet)."""
 
-    type: Literal["flux_text_encoder"] = "flux_text_encoder"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
-    prompt: str = InputField(default="", description="The prompt")
-    prompt_2: str | None = InputField(default=None, description="A different prompt for T5 (default: the prompt)")
-    max_sequence_length: int | None = InputField(
-        default=None,
-        ge=1,
-        le=T5_TOKENS_DEV,
-        description="T5 tokens the prompt is padded or cut to; default: the model's (512 for dev, 256 for schnell)",
+    model_config = ConfigDict(extra="forbid")
+
+    conditioning_name: str = Field(description="The name of the conditioning tensors in the tensor store")
+    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = Field(
+        default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
     )
 
-    def invoke(self, context: InvocationContext) -> ConditioningOutput:
-        from invokeai.backend.families.flux import generation
 
+class FluxModelLoaderOutput(BaseInvocationOutput):
+    type: Literal["flux_model_loader_output"] = "flux_model_loader_output"
+    transformer: TransformerField = OutputField(description="The transformer (flux_denoise)")
+    clip: CLIPField = OutputField(description="CLIP-L and its tokenizer (flux_text_encoder)")
+    t5_encoder: T5EncoderField = OutputField(description="The T5 encoder and its tokenizer (flux_text_encoder)")
+    vae: VAEField = OutputField(description="The VAE (flux_vae_decode, flux_vae_encode)")
+    max_seq_len: Literal[256, 512] = OutputField(
+        description="The T5 length the transformer is run with: 256 for schnell, 512 for dev (flux_text_encoder)"
+    )
+
+
+class FluxConditioningOutput(BaseInvocationOutput):
+    type: Literal["flux_conditioning_output"] = "flux_conditioning_output"
+    conditioning: FluxConditioningField = OutputField(description="The conditioning")
+
+
+def _ident(record: ModelRecord, part: str) -> ModelIdentifier:
+    """The handle on one part of an installed model, as InvokeAI's loader writes it (submodel_type: the part)."""
+    return ModelIdentifier(key=record.key, name=record.name, hash=record.hash, type=record.type, submodel_type=part)
+
+
+def _flux_part(
+    context: InvocationContext, ident: ModelIdentifier, field: str, component: str, what: str
+) -> ModelRecord:
+    """The record providing `component` for a model named in the loader's `field`: a FLUX.1 model that has it, or
+    the pipeline a lone FLUX.1 transformer is paired with."""
+    record = context.models.resolve(ident)
+    if record.family != FAMILY:
+        raise ValueError(f"{field}: model {record.name!r} is of the {record.family} family; {what} comes from FLUX.1")
+    return provider(context, record, component)
+
+
+class FluxModelLoaderInvocation(FluxNode):
+    """A FLUX.1 model's transformer, CLIP-L, T5 encoder and VAE, for the other FLUX nodes. The encoders and VAE
+    come from `t5_encoder_model`, `clip_embed_model` and `vae_model` when given, else from the model itself or,
+    for a lone transformer (a single file or GGUF), from the installed FLUX.1 pipeline it is paired with."""
+
+    type: Literal["flux_model_loader"] = "flux_model_loader"
+    model: ModelIdentifier = InputField(description="The FLUX.1 model or transformer file")
+    t5_encoder_model: ModelIdentifier | None = InputField(
+        default=None, description="A FLUX.1 model whose T5 encoder to use instead of the model's"
+    )
+    clip_embed_model: ModelIdentifier | None = InputField(
+        default=None, description="A FLUX.1 model whose CLIP-L text encoder to use instead of the model's"
+    )
+    vae_model: ModelIdentifier | None = InputField(
+        default=None, description="A model whose 16-channel FLUX.1 VAE to use instead of the model's"
+    )
+
+    def invoke(self, context: InvocationContext) -> FluxModelLoaderOutput:
         record = family_model(context, self.model, FAMILY)
-        tokens = self.max_sequence_length
-        if tokens is None:
-            # The named model's transformer decides dev or schnell, even where its encoders come from a pair.
-            tokens = default_t5_tokens(context.models.config(provider(context, record, "transformer"), "transformer"))
+        # A model without a transformer (a lone VAE file) is refused here, not paired with a pipeline's.
+        if "transformer" not in context.models.components(record):
+            raise ValueError(
+                f"model {record.name!r} is a FLUX.1 {record.type} without a transformer; name a FLUX.1 pipeline or "
+                "transformer file as the model (a VAE goes in vae_model)"
+            )
+        t5 = self.t5_encoder_model or self.model
+        t5_record = _flux_part(context, t5, "t5_encoder_model", "text_encoder_2", "the T5 encoder")
+        clip = self.clip_embed_model or self.model
+        clip_record = _flux_part(context, clip, "clip_embed_model", "text_encoder", "CLIP-L")
+        vae = context.models.resolve(self.vae_model) if self.vae_model else provider(context, record, "vae")
+        if "vae" not in context.models.components(vae):
+            raise ValueError(f"vae_model: model {vae.name!r} has no VAE")
+        channels = context.models.config(vae, "vae").get("latent_channels")
+        if channels != FLUX.constants.latent_channels:
+            raise ValueError(
+                f"vae_model: model {vae.name!r} has a VAE of {channels} latent channels; FLUX.1's has "
+                f"{FLUX.constants.latent_channels}"
+            )
+        # The transformer decides dev (512 T5 tokens) or schnell (256), as InvokeAI's variant does.
+        tokens = default_t5_tokens(context.models.config(provider(context, record, "transformer"), "transformer"))
+        return FluxModelLoaderOutput(
+            transformer=TransformerField(transformer=_ident(record, "transformer")),
+            clip=CLIPField(
+                tokenizer=_ident(provider(context, clip_record, "tokenizer"), "tokenizer"),
+                text_encoder=_ident(clip_record, "text_encoder"),
+                skipped_layers=0,
+            ),
+            t5_encoder=T5EncoderField(
+                tokenizer=_ident(provider(context, t5_record, "tokenizer_2"), "tokenizer_2"),
+                text_encoder=_ident(t5_record, "text_encoder_2"),
+            ),
+            vae=VAEField(vae=_ident(vae, "vae")),
+            max_seq_len=tokens,
+        )
+
+
+def _component(context: InvocationContext, ident: ModelIdentifier, component: str) -> ModelRecord:
+    """The record providing `component` for a handle (the model itself, or a lone transformer's pair)."""
+    return provider(context, context.models.resolve(ident), component)
+
+
+class FluxTextEncoderInvocation(FluxNode):
+    """A prompt encoded for flux_denoise: CLIP-L's pooled output and T5's hidden states of the prompt padded to
+    t5_max_seq_len tokens (what FluxPipeline computes)."""
+
+    type: Literal["flux_text_encoder"] = "flux_text_encoder"
+    clip: CLIPField = InputField(description="CLIP-L and its tokenizer (flux_model_loader)")
+    t5_encoder: T5EncoderField = InputField(description="The T5 encoder and its tokenizer (flux_model_loader)")
+    t5_max_seq_len: Literal[256, 512] = InputField(
+        description="T5 tokens the prompt is padded or cut to: 256 for schnell, 512 for dev (flux_model_loader)"
+    )
+    prompt: str = InputField(description="The prompt")
+    prompt_2: str | None = InputField(
+        default=None, description="This server's addition: a different prompt for T5 (default: the prompt)"
+    )
+    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = InputField(
+        default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
+    )
+
+    def invoke(self, context: InvocationContext) -> FluxConditioningOutput:
+        generation = self.backend()
         device = context.models.device
-        clip = provider(context, record, "text_encoder")
-        tokenizer = context.models.load(clip, "tokenizer")
+        clip = _component(context, self.clip.text_encoder, "text_encoder")
+        tokenizer = context.models.load(_component(context, self.clip.tokenizer, "tokenizer"), "tokenizer")
         with context.models.on_device(clip, "text_encoder") as text_encoder:
             pooled = generation.encode_clip(text_encoder, tokenizer, self.prompt, device)
-        t5 = provider(context, record, "text_encoder_2")
-        tokenizer_2 = context.models.load(t5, "tokenizer_2")
+        t5 = _component(context, self.t5_encoder.text_encoder, "text_encoder_2")
+        tokenizer_2 = context.models.load(_component(context, self.t5_encoder.tokenizer, "tokenizer_2"), "tokenizer_2")
+        tokens = self.t5_max_seq_len
         with context.models.on_device(t5, "text_encoder_2", prompt_tokens=tokens) as text_encoder_2:
             embeds = generation.encode_t5(text_encoder_2, tokenizer_2, self.prompt_2 or self.prompt, device, tokens)
         name = CONDITIONING.save(context, embeds, pooled)
-        return ConditioningOutput(conditioning=ConditioningField(conditioning_name=name))
+        return FluxConditioningOutput(conditioning=FluxConditioningField(conditioning_name=name))
 
 
-class FluxDenoiseInvocation(FluxNode, ImageToImageInputs):
-    """Latents denoised by the model's transformer with flow-matching Euler and the resolution-dependent shift:
-    from noise (text-to-image), or from `latents` (image-to-image), starting `denoising_strength` of the way into
-    the schedule. Reports every step with a small preview."""
+def _one_prompt(value: FluxConditioningField | list[FluxConditioningField]) -> Any:
+    """positive_text_conditioning: one conditioning, or a list of one (what a collect node gives). More than one is
+    InvokeAI's regional prompting, which this server lacks."""
+    if isinstance(value, list) and len(value) != 1:
+        raise ValueError(
+            f"{len(value)} conditionings given; this server takes exactly one (regional prompts are not supported)"
+        )
+    return value
+
+
+def _at_most_one_prompt(value: Any) -> Any:
+    if isinstance(value, list) and len(value) > 1:
+        raise ValueError(f"{len(value)} conditionings given; this server takes at most one")
+    return value
+
+
+Conditionings = FluxConditioningField | Annotated[list[FluxConditioningField], Field(max_length=16)]
+
+
+def _single(value: FluxConditioningField | list[FluxConditioningField] | None) -> FluxConditioningField | None:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+class FluxDenoiseInvocation(FluxNode):
+    """Latents denoised by the FLUX.1 transformer as InvokeAI's flux_denoise does it: from its seeded noise
+    (text-to-image), or from `latents` (image-to-image) noised to 1 - denoising_start, over its schedule
+    (resolution-shifted for dev) with Euler, Heun or LCM; `guidance` feeds dev's guidance embedding, and a
+    cfg_scale other than 1 runs true classifier-free guidance against `negative_text_conditioning`. Reports every
+    step with a small preview."""
 
     type: Literal["flux_denoise"] = "flux_denoise"
-    conditioning: ConditioningField = InputField(description="What the image shows (flux_text_encoder)")
+    latents: LatentsField | None = InputField(
+        default=None, description="Latents to start from (flux_vae_encode), for image-to-image; their size must match"
+    )
+    noise: Annotated[LatentsField | None, _unsupported("noise from another node")] = InputField(
+        default=None, description="InvokeAI's noise input; this server draws InvokeAI's noise from the seed (null)"
+    )
+    denoise_mask: Annotated[_Handle | None, _unsupported("inpainting (a denoise mask)")] = InputField(
+        default=None, description="InvokeAI's inpainting mask; this server has no inpainting yet (null)"
+    )
+    denoising_start: float = InputField(
+        default=0.0, ge=0.0, le=1.0, description="Where in the schedule to start (0: from noise; with latents)"
+    )
+    denoising_end: float = InputField(default=1.0, ge=0.0, le=1.0, description="Where in the schedule to stop")
+    add_noise: bool = InputField(default=True, description="With latents: noise them to denoising_start first")
+    transformer: TransformerField = InputField(description="The transformer (flux_model_loader)")
+    control_lora: Annotated[_Handle | None, _unsupported("a control LoRA")] = InputField(
+        default=None, description="InvokeAI's control LoRA; this server takes none yet (null)"
+    )
+    positive_text_conditioning: Annotated[Conditionings, AfterValidator(_one_prompt)] = InputField(
+        description="What the image shows (flux_text_encoder): one conditioning, or a list of one (collect)"
+    )
+    negative_text_conditioning: Annotated[Conditionings | None, AfterValidator(_at_most_one_prompt)] = InputField(
+        default=None, description="What the image avoids, for a cfg_scale other than 1 (flux_text_encoder)"
+    )
+    redux_conditioning: Annotated[_Handles | None, _unsupported("FLUX Redux", "null or []")] = InputField(
+        default=None, description="InvokeAI's FLUX Redux conditioning; this server takes none yet"
+    )
+    fill_conditioning: Annotated[_Handle | None, _unsupported("FLUX Fill")] = InputField(
+        default=None, description="InvokeAI's FLUX Fill conditioning; this server takes none yet (null)"
+    )
+    cfg_scale: float | Annotated[list[float], Field(max_length=MAX_STEPS)] = InputField(
+        default=1.0, description="Classifier-free guidance scale (1: none), or one per step"
+    )
+    cfg_scale_start_step: int = InputField(
+        default=0, ge=-MAX_STEPS, le=MAX_STEPS, description="The first step of cfg_scale (negative: from the end)"
+    )
+    cfg_scale_end_step: int = InputField(
+        default=-1, ge=-MAX_STEPS, le=MAX_STEPS, description="The last step of cfg_scale (negative: from the end)"
+    )
     width: int = size_input(FLUX, "width", 1024)
     height: int = size_input(FLUX, "height", 1024)
-    steps: int = InputField(default=28, ge=1, le=1000, description="The number of denoising steps (schnell: 4)")
+    num_steps: int = InputField(
+        default=4, ge=1, le=MAX_STEPS, description="The number of denoising steps (schnell: 4, dev: 50)"
+    )
+    scheduler: SchedulerName = InputField(default="euler", description="The sampler")
     guidance: float = InputField(
-        default=DEFAULT_GUIDANCE,
+        default=4.0,
         ge=0.0,
         le=100.0,
         description="The guidance embedding of a guidance-distilled model (dev); schnell has none and ignores it",
     )
+    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
+    control: Annotated[_Handles | None, _unsupported("ControlNet", "null or []")] = InputField(
+        default=None, description="InvokeAI's ControlNets; this server takes none yet"
+    )
+    controlnet_vae: VAEField | None = InputField(
+        default=None,
+        description="The VAE InvokeAI encodes control images with (flux_model_loader); used here for step previews",
+    )
+    ip_adapter: Annotated[_Handles | None, _unsupported("an IP-adapter", "null or []")] = InputField(
+        default=None, description="InvokeAI's IP-adapters; this server takes none yet"
+    )
+    kontext_conditioning: Annotated[_Handles | None, _unsupported("FLUX Kontext", "null or []")] = InputField(
+        default=None, description="InvokeAI's FLUX Kontext reference images; this server takes none yet"
+    )
+    dype_preset: Annotated[DyPEPreset, AfterValidator(_dype_off)] = InputField(
+        default="off", description="InvokeAI's DyPE for high resolutions; this server has none yet ('off')"
+    )
+    dype_scale: float | None = InputField(
+        default=None, ge=0.0, le=8.0, description="DyPE's magnitude; unused while dype_preset is 'off'"
+    )
+    dype_exponent: float | None = InputField(
+        default=None, ge=0.0, le=1000.0, description="DyPE's decay speed; unused while dype_preset is 'off'"
+    )
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
-        from invokeai.backend.families.flux import generation
-
-        record = family_model(context, self.model, FAMILY)
-        embeds, pooled = CONDITIONING.load(context, self.conditioning.conditioning_name)
+        generation = self.backend()
+        record = family_model(context, self.transformer.transformer, FAMILY)
+        positive = _single(self.positive_text_conditioning)
+        if positive is None:
+            raise ValueError("positive_text_conditioning: no conditioning given")
+        prompts = [generation.Prompt(*CONDITIONING.load(context, positive.conditioning_name))]
+        negative = _single(self.negative_text_conditioning)
+        if negative is not None:
+            prompts.append(generation.Prompt(*CONDITIONING.load(context, negative.conditioning_name)))
         init_latents = None
         if self.latents is not None:
             init_latents = start_latents(context, record, LATENTS, self.latents.latents_name, self.width, self.height)
-        pipeline = provider(context, record, "scheduler")
-        scheduler = FLUX.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
+        # Previews follow the VAE the loader wired in (as controlnet_vae), else the transformer's pipeline's.
+        preview_source = context.models.resolve(self.controlnet_vae.vae) if self.controlnet_vae else record
         on_step = step_reporter(
-            context, fitted_preview(context, record, generation.known_preview_projection, generation.preview_projection)
+            context,
+            fitted_preview(context, preview_source, generation.known_preview_projection, generation.preview_projection),
         )
+        tokens = max(prompt.embeds.shape[1] for prompt in prompts)
         with context.models.on_device(
-            record, "transformer", width=self.width, height=self.height, prompt_tokens=embeds.shape[1]
+            record, "transformer", width=self.width, height=self.height, prompt_tokens=tokens
         ) as transformer:
-            latents = generation.denoise(
+            latents = generation.denoise_invokeai(
                 transformer,
-                scheduler,
-                prompt_embeds=embeds,
-                pooled_embeds=pooled,
+                positive=prompts[0],
+                negative=prompts[1] if len(prompts) > 1 else None,
                 width=self.width,
                 height=self.height,
-                steps=self.steps,
+                steps=self.num_steps,
                 seed=self.seed,
                 device=context.models.device,
                 dtype=context.models.dtype,
+                scheduler=self.scheduler,
                 guidance=self.guidance,
+                cfg_scale=self.cfg_scale,
+                cfg_scale_start_step=self.cfg_scale_start_step,
+                cfg_scale_end_step=self.cfg_scale_end_step,
                 init_latents=init_latents,
-                strength=self.denoising_strength,
+                denoising_start=self.denoising_start,
+                denoising_end=self.denoising_end,
+                add_noise=self.add_noise,
                 on_step=on_step,
             )
         return latents_output(context, LATENTS, latents, self.width, self.height)
 
 
-class FluxVaeDecodeInvocation(FluxNode, VaeDecodeNode):
-    """The image the model's 16-channel VAE decodes from latents."""
+class FluxVaeDecodeInvocation(FluxNode):
+    """The image the 16-channel VAE decodes from FLUX.1 latents, saved with `metadata` (core_metadata's output) in
+    its invokeai_metadata chunk."""
 
     type: Literal["flux_vae_decode"] = "flux_vae_decode"
+    latents: LatentsField = InputField(description="The latents to decode (flux_denoise)")
+    vae: VAEField = InputField(description="The VAE (flux_model_loader)")
+    metadata: MetadataField | None = InputField(
+        default=None, description="The generation's settings (core_metadata), written into the image"
+    )
+
+    def invoke(self, context: InvocationContext) -> ImageOutput:
+        vae = _component(context, self.vae.vae, "vae")
+        (latents,) = LATENTS.load(context, self.latents.latents_name)
+        scale = FLUX.constants.latent_scale
+        height, width = (side * scale for side in latents.shape[-2:])
+        with context.models.on_device(vae, "vae_decode", width=width, height=height) as module:
+            image = self.backend().vae_decode(module, latents)
+        metadata = self.metadata.root if self.metadata is not None else None
+        return ImageOutput.of(context.save_image(image, metadata=metadata), image)
 
 
-class FluxVaeEncodeInvocation(FluxNode, VaeEncodeNode):
-    """Latents of an image, sampled from the model's VAE posterior, for image-to-image with flux_denoise. Give
-    flux_denoise the same seed to get the image FluxImg2ImgPipeline makes with that seed."""
+class FluxVaeEncodeInvocation(FluxNode):
+    """Latents of an image for image-to-image with flux_denoise: a sample of the VAE posterior drawn with seed 0,
+    as InvokeAI's flux_vae_encode draws it (on the CPU here, so every device gives the same latents)."""
 
     type: Literal["flux_vae_encode"] = "flux_vae_encode"
+    image: ImageField = InputField(description="The image; its sides must be multiples of 16")
+    vae: VAEField = InputField(description="The VAE (flux_model_loader)")
+
+    def invoke(self, context: InvocationContext) -> LatentsOutput:
+        vae = _component(context, self.vae.vae, "vae")
+        return encode_image(context, vae, LATENTS, self.image, VAE_ENCODE_SEED, self.backend().vae_encode)

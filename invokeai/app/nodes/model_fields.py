@@ -25,6 +25,7 @@ __all__ = [
     "ModelInputField",
     "NoLoras",
     "T5EncoderField",
+    "TensorField",
     "TransformerField",
     "UNetField",
     "VAEField",
@@ -135,6 +136,14 @@ class VAEField(BaseModel):
     seamless_axes: NoSeamless = Field(
         default_factory=list, description="InvokeAI's seamless tiling axes; this server tiles none yet"
     )
+
+
+class TensorField(BaseModel):
+    """InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tensor_name: str = Field(description="The name of the tensor in the tensor store")
 
 
 class ConditioningOutput(BaseInvocationOutput):

@@ -97,7 +97,8 @@ class GraphFacts:
     which input of each node (by role: text_encoder, denoise, decode, encode). `negative` says when a negative
     prompt's encoder is wired in: always (unless guidance is at `guidance_off`), only when one is given, or never.
     `strength_field` is the denoise input of image-to-image: `denoising_strength` (how much of the schedule runs) or
-    InvokeAI's `denoising_start` (where in the schedule it starts: 1 - strength). `pipeline_guidance_offset` is what
+    InvokeAI's `denoising_start` (where in the schedule it starts: 1 - strength). `steps_field` is the denoise input
+    of the step count (InvokeAI's FLUX.1 node calls it `num_steps`). `pipeline_guidance_offset` is what
     the stock diffusers pipeline's `guidance_scale` adds to the node's guidance value for the same image (InvokeAI's
     CFG scale, 1 for none, against a pipeline whose 0 is none: -1).
     """
@@ -111,6 +112,7 @@ class GraphFacts:
     conditioning_field: str = "positive_conditioning"
     negative: Literal["always", "when_given", "never"] = "always"
     second_prompt_label: str | None = None
+    steps_field: str = "steps"
     guidance_field: str = "cfg_scale"
     guidance_label: str = "CFG scale"
     guidance_off: float = 1.0

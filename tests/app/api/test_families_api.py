@@ -32,10 +32,11 @@ def test_each_entry_is_what_the_descriptor_and_the_node_schemas_say(client: Test
         assert entry["defaults"] == {
             "width": denoise["width"].default,
             "height": denoise["height"].default,
-            "steps": denoise["steps"].default,
+            "steps": denoise[graph.steps_field].default,
             "guidance": denoise[graph.guidance_field].default,
         }
         assert entry["conditioning_field"] in denoise
+        assert entry["steps_field"] == graph.steps_field and graph.steps_field in denoise
         assert entry["image_to_image"] == (graph.encode is not None and "latents" in denoise)
         if entry["image_to_image"]:
             assert entry["strength_field"] in denoise

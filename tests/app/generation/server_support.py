@@ -77,11 +77,13 @@ def max_diff(a: Image.Image, b: Image.Image) -> int:
     return int(np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).max())
 
 
-def cancel_mid_denoise(client: httpx.Client, body: dict[str, Any], after_steps: int = 3) -> tuple[dict[str, Any], int]:
-    """Run `body` with its denoise node set to 1000 steps, cancel the item once `after_steps` steps were reported,
-    and wait for it to end: (the item, the steps reported)."""
+def cancel_mid_denoise(
+    client: httpx.Client, body: dict[str, Any], after_steps: int = 3, steps_field: str = "steps"
+) -> tuple[dict[str, Any], int]:
+    """Run `body` with its denoise node set to 1000 steps (its input `steps_field`), cancel the item once
+    `after_steps` steps were reported, and wait for it to end: (the item, the steps reported)."""
     body = json.loads(json.dumps(body))
-    body["batch"]["graph"]["nodes"]["denoise"]["steps"] = 1000
+    body["batch"]["graph"]["nodes"]["denoise"][steps_field] = 1000
     with connect_sse(client, "GET", f"{QUEUE}/events") as source:
         item_id = enqueue(client, body)
         steps_seen = 0

@@ -97,6 +97,7 @@ def check_graph(graph: dict[str, Any], entry: dict[str, Any], model: str, *, neg
         assert graph["nodes"]["denoise"]["model"] == {"name": model}
         assert all("model" in node for node in graph["nodes"].values())
     assert entry["guidance"]["field"] in graph["nodes"]["denoise"]
+    assert entry.get("steps_field", "steps") in graph["nodes"]["denoise"]  # FLUX.1's is InvokeAI's num_steps
 
 
 def _catch_enqueues(page: Page) -> list[dict[str, Any]]:

@@ -1928,6 +1928,28 @@ export interface components {
             value: boolean;
         };
         /**
+         * CLIPField
+         * @description InvokeAI's handle on a CLIP text encoder and its tokenizer, with how many of its last layers to skip.
+         */
+        CLIPField: {
+            /** @description The model whose tokenizer this is */
+            tokenizer: components["schemas"]["ModelIdentifier"];
+            /** @description The model whose CLIP text encoder this is */
+            text_encoder: components["schemas"]["ModelIdentifier"];
+            /**
+             * Skipped Layers
+             * @description How many of the encoder's last layers to skip
+             */
+            skipped_layers: number;
+            /**
+             * Loras
+             * @description InvokeAI's LoRAs; this server takes none yet (empty)
+             */
+            loras?: {
+                [key: string]: unknown;
+            }[];
+        };
+        /**
          * CachedModel
          * @description A model component in the shared RAM cache, as one worker's device sees it.
          */
@@ -2223,6 +2245,11 @@ export interface components {
              * @description The text encoder takes a second prompt (`prompt_2`) under this name; null: it takes none.
              */
             second_prompt_label: string | null;
+            /**
+             * Steps Field
+             * @description The denoise input of the number of steps (steps, or InvokeAI's num_steps).
+             */
+            steps_field: string;
             guidance: components["schemas"]["FamilyGuidance"];
             /**
              * Size Multiple
@@ -2324,10 +2351,36 @@ export interface components {
             value: number;
         };
         /**
+         * FluxConditioningField
+         * @description A prompt encoded by flux_text_encoder (T5 hidden states and CLIP's pooled output), with InvokeAI's regional
+         *     mask (this server takes none yet).
+         */
+        FluxConditioningField: {
+            /**
+             * Conditioning Name
+             * @description The name of the conditioning tensors in the tensor store
+             */
+            conditioning_name: string;
+            /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
+            mask?: components["schemas"]["TensorField"] | null;
+        };
+        /** FluxConditioningOutput */
+        FluxConditioningOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "flux_conditioning_output";
+            /** @description The conditioning */
+            conditioning: components["schemas"]["FluxConditioningField"];
+        };
+        /**
          * FluxDenoiseInvocation
-         * @description Latents denoised by the model's transformer with flow-matching Euler and the resolution-dependent shift:
-         *     from noise (text-to-image), or from `latents` (image-to-image), starting `denoising_strength` of the way into
-         *     the schedule. Reports every step with a small preview.
+         * @description Latents denoised by the FLUX.1 transformer as InvokeAI's flux_denoise does it: from its seeded noise
+         *     (text-to-image), or from `latents` (image-to-image) noised to 1 - denoising_start, over its schedule
+         *     (resolution-shifted for dev) with Euler, Heun or LCM; `guidance` feeds dev's guidance embedding, and a
+         *     cfg_scale other than 1 runs true classifier-free guidance against `negative_text_conditioning`. Reports every
+         *     step with a small preview.
          */
         FluxDenoiseInvocation: {
             /**
@@ -2352,24 +2405,88 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
-            model?: components["schemas"]["ModelIdentifier"];
+            /** @description Latents to start from (flux_vae_encode), for image-to-image; their size must match */
+            latents?: components["schemas"]["LatentsField"] | null;
+            /** @description InvokeAI's noise input; this server draws InvokeAI's noise from the seed (null) */
+            noise?: components["schemas"]["LatentsField"] | null;
             /**
-             * Seed
-             * @description The seed of the noise
+             * Denoise Mask
+             * @description InvokeAI's inpainting mask; this server has no inpainting yet (null)
+             */
+            denoise_mask?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Denoising Start
+             * @description Where in the schedule to start (0: from noise; with latents)
              * @default 0
              */
-            seed: number;
-            /** @description Latents to start from (the family's encode node), for image-to-image; their size must match */
-            latents?: components["schemas"]["LatentsField"] | null;
+            denoising_start: number;
             /**
-             * Denoising Strength
-             * @description With latents: how much of the schedule to run (1: all of it)
+             * Denoising End
+             * @description Where in the schedule to stop
              * @default 1
              */
-            denoising_strength: number;
-            /** @description What the image shows (flux_text_encoder) */
-            conditioning?: components["schemas"]["ConditioningField"];
+            denoising_end: number;
+            /**
+             * Add Noise
+             * @description With latents: noise them to denoising_start first
+             * @default true
+             */
+            add_noise: boolean;
+            /** @description The transformer (flux_model_loader) */
+            transformer?: components["schemas"]["TransformerField"];
+            /**
+             * Control Lora
+             * @description InvokeAI's control LoRA; this server takes none yet (null)
+             */
+            control_lora?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Positive Text Conditioning
+             * @description What the image shows (flux_text_encoder): one conditioning, or a list of one (collect)
+             */
+            positive_text_conditioning?: components["schemas"]["FluxConditioningField"] | components["schemas"]["FluxConditioningField"][];
+            /**
+             * Negative Text Conditioning
+             * @description What the image avoids, for a cfg_scale other than 1 (flux_text_encoder)
+             */
+            negative_text_conditioning?: components["schemas"]["FluxConditioningField"] | components["schemas"]["FluxConditioningField"][] | null;
+            /**
+             * Redux Conditioning
+             * @description InvokeAI's FLUX Redux conditioning; this server takes none yet
+             */
+            redux_conditioning?: {
+                [key: string]: unknown;
+            } | {
+                [key: string]: unknown;
+            }[] | null;
+            /**
+             * Fill Conditioning
+             * @description InvokeAI's FLUX Fill conditioning; this server takes none yet (null)
+             */
+            fill_conditioning?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Cfg Scale
+             * @description Classifier-free guidance scale (1: none), or one per step
+             * @default 1
+             */
+            cfg_scale: number | number[];
+            /**
+             * Cfg Scale Start Step
+             * @description The first step of cfg_scale (negative: from the end)
+             * @default 0
+             */
+            cfg_scale_start_step: number;
+            /**
+             * Cfg Scale End Step
+             * @description The last step of cfg_scale (negative: from the end)
+             * @default -1
+             */
+            cfg_scale_end_step: number;
             /**
              * Width
              * @description The width, a multiple of 16
@@ -2383,22 +2500,141 @@ export interface components {
              */
             height: number;
             /**
-             * Steps
-             * @description The number of denoising steps (schnell: 4)
-             * @default 28
+             * Num Steps
+             * @description The number of denoising steps (schnell: 4, dev: 50)
+             * @default 4
              */
-            steps: number;
+            num_steps: number;
+            /**
+             * Scheduler
+             * @description The sampler
+             * @default euler
+             * @enum {string}
+             */
+            scheduler: "euler" | "heun" | "lcm";
             /**
              * Guidance
              * @description The guidance embedding of a guidance-distilled model (dev); schnell has none and ignores it
-             * @default 3.5
+             * @default 4
              */
             guidance: number;
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /**
+             * Control
+             * @description InvokeAI's ControlNets; this server takes none yet
+             */
+            control?: {
+                [key: string]: unknown;
+            } | {
+                [key: string]: unknown;
+            }[] | null;
+            /** @description The VAE InvokeAI encodes control images with (flux_model_loader); used here for step previews */
+            controlnet_vae?: components["schemas"]["VAEField"] | null;
+            /**
+             * Ip Adapter
+             * @description InvokeAI's IP-adapters; this server takes none yet
+             */
+            ip_adapter?: {
+                [key: string]: unknown;
+            } | {
+                [key: string]: unknown;
+            }[] | null;
+            /**
+             * Kontext Conditioning
+             * @description InvokeAI's FLUX Kontext reference images; this server takes none yet
+             */
+            kontext_conditioning?: {
+                [key: string]: unknown;
+            } | {
+                [key: string]: unknown;
+            }[] | null;
+            /**
+             * Dype Preset
+             * @description InvokeAI's DyPE for high resolutions; this server has none yet ('off')
+             * @default off
+             * @enum {string}
+             */
+            dype_preset: "off" | "manual" | "auto" | "area" | "4k";
+            /**
+             * Dype Scale
+             * @description DyPE's magnitude; unused while dype_preset is 'off'
+             */
+            dype_scale?: number | null;
+            /**
+             * Dype Exponent
+             * @description DyPE's decay speed; unused while dype_preset is 'off'
+             */
+            dype_exponent?: number | null;
+        };
+        /**
+         * FluxModelLoaderInvocation
+         * @description A FLUX.1 model's transformer, CLIP-L, T5 encoder and VAE, for the other FLUX nodes. The encoders and VAE
+         *     come from `t5_encoder_model`, `clip_embed_model` and `vae_model` when given, else from the model itself or,
+         *     for a lone transformer (a single file or GGUF), from the installed FLUX.1 pipeline it is paired with.
+         */
+        FluxModelLoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "flux_model_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The FLUX.1 model or transformer file */
+            model?: components["schemas"]["ModelIdentifier"];
+            /** @description A FLUX.1 model whose T5 encoder to use instead of the model's */
+            t5_encoder_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description A FLUX.1 model whose CLIP-L text encoder to use instead of the model's */
+            clip_embed_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description A model whose 16-channel FLUX.1 VAE to use instead of the model's */
+            vae_model?: components["schemas"]["ModelIdentifier"] | null;
+        };
+        /** FluxModelLoaderOutput */
+        FluxModelLoaderOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "flux_model_loader_output";
+            /** @description The transformer (flux_denoise) */
+            transformer: components["schemas"]["TransformerField"];
+            /** @description CLIP-L and its tokenizer (flux_text_encoder) */
+            clip: components["schemas"]["CLIPField"];
+            /** @description The T5 encoder and its tokenizer (flux_text_encoder) */
+            t5_encoder: components["schemas"]["T5EncoderField"];
+            /** @description The VAE (flux_vae_decode, flux_vae_encode) */
+            vae: components["schemas"]["VAEField"];
+            /**
+             * Max Seq Len
+             * @description The T5 length the transformer is run with: 256 for schnell, 512 for dev (flux_text_encoder)
+             * @enum {integer}
+             */
+            max_seq_len: 256 | 512;
         };
         /**
          * FluxTextEncoderInvocation
          * @description A prompt encoded for flux_denoise: CLIP-L's pooled output and T5's hidden states of the prompt padded to
-         *     max_sequence_length tokens.
+         *     t5_max_seq_len tokens (what FluxPipeline computes).
          */
         FluxTextEncoderInvocation: {
             /**
@@ -2423,28 +2659,33 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The FLUX.1 model (a lone transformer gets this component from its paired FLUX.1 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
-            model?: components["schemas"]["ModelIdentifier"];
+            /** @description CLIP-L and its tokenizer (flux_model_loader) */
+            clip?: components["schemas"]["CLIPField"];
+            /** @description The T5 encoder and its tokenizer (flux_model_loader) */
+            t5_encoder?: components["schemas"]["T5EncoderField"];
+            /**
+             * T5 Max Seq Len
+             * @description T5 tokens the prompt is padded or cut to: 256 for schnell, 512 for dev (flux_model_loader)
+             * @enum {integer}
+             */
+            t5_max_seq_len?: 256 | 512;
             /**
              * Prompt
              * @description The prompt
-             * @default
              */
-            prompt: string;
+            prompt?: string;
             /**
              * Prompt 2
-             * @description A different prompt for T5 (default: the prompt)
+             * @description This server's addition: a different prompt for T5 (default: the prompt)
              */
             prompt_2?: string | null;
-            /**
-             * Max Sequence Length
-             * @description T5 tokens the prompt is padded or cut to; default: the model's (512 for dev, 256 for schnell)
-             */
-            max_sequence_length?: number | null;
+            /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
+            mask?: components["schemas"]["TensorField"] | null;
         };
         /**
          * FluxVaeDecodeInvocation
-         * @description The image the model's 16-channel VAE decodes from latents.
+         * @description The image the 16-channel VAE decodes from FLUX.1 latents, saved with `metadata` (core_metadata's output) in
+         *     its invokeai_metadata chunk.
          */
         FluxVaeDecodeInvocation: {
             /**
@@ -2469,15 +2710,17 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
-            model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (the family's denoise node) */
+            /** @description The latents to decode (flux_denoise) */
             latents?: components["schemas"]["LatentsField"];
+            /** @description The VAE (flux_model_loader) */
+            vae?: components["schemas"]["VAEField"];
+            /** @description The generation's settings (core_metadata), written into the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
         };
         /**
          * FluxVaeEncodeInvocation
-         * @description Latents of an image, sampled from the model's VAE posterior, for image-to-image with flux_denoise. Give
-         *     flux_denoise the same seed to get the image FluxImg2ImgPipeline makes with that seed.
+         * @description Latents of an image for image-to-image with flux_denoise: a sample of the VAE posterior drawn with seed 0,
+         *     as InvokeAI's flux_vae_encode draws it (on the CPU here, so every device gives the same latents).
          */
         FluxVaeEncodeInvocation: {
             /**
@@ -2502,16 +2745,10 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
-            model?: components["schemas"]["ModelIdentifier"];
-            /** @description The image; its sides must be multiples of the family's size multiple */
+            /** @description The image; its sides must be multiples of 16 */
             image?: components["schemas"]["ImageField"];
-            /**
-             * Seed
-             * @description The seed of the posterior sample
-             * @default 0
-             */
-            seed: number;
+            /** @description The VAE (flux_model_loader) */
+            vae?: components["schemas"]["VAEField"];
         };
         /** Graph */
         Graph: {
@@ -2525,7 +2762,7 @@ export interface components {
              * @description The nodes of this graph, by node id
              */
             nodes?: {
-                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["Krea2VaeDecodeInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"];
+                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["Krea2VaeDecodeInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"];
             };
             /**
              * Edges
@@ -2564,7 +2801,7 @@ export interface components {
              * @description Prepared node id (here the node's id) -> that node's output, for each node that ran.
              */
             results: {
-                [key: string]: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
+                [key: string]: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
             };
             /**
              * Errors
@@ -3001,7 +3238,7 @@ export interface components {
              * Result
              * @description The node's output, as in the item's session results.
              */
-            result: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
+            result: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
         };
         /**
          * InvocationErrorEvent
@@ -3393,6 +3630,13 @@ export interface components {
          * @enum {integer}
          */
         LogLevel: 0 | 10 | 20 | 30 | 40 | 50;
+        /**
+         * MetadataField
+         * @description InvokeAI's free-form metadata (core_metadata's output): written into an image's invokeai_metadata chunk.
+         */
+        MetadataField: {
+            [key: string]: components["schemas"]["JsonValue"];
+        };
         /**
          * ModelIdentifier
          * @description A model, named in a graph by its key or by its name. InvokeAI's clients send its ModelIdentifierField, {key,
@@ -4636,6 +4880,34 @@ export interface components {
              * @description The output string
              */
             value: string;
+        };
+        /**
+         * T5EncoderField
+         * @description InvokeAI's handle on a T5 text encoder and its tokenizer.
+         */
+        T5EncoderField: {
+            /** @description The model whose tokenizer this is */
+            tokenizer: components["schemas"]["ModelIdentifier"];
+            /** @description The model whose T5 text encoder this is */
+            text_encoder: components["schemas"]["ModelIdentifier"];
+            /**
+             * Loras
+             * @description InvokeAI's LoRAs; this server takes none yet (empty)
+             */
+            loras?: {
+                [key: string]: unknown;
+            }[];
+        };
+        /**
+         * TensorField
+         * @description InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others).
+         */
+        TensorField: {
+            /**
+             * Tensor Name
+             * @description The name of the tensor in the tensor store
+             */
+            tensor_name: string;
         };
         /**
          * TransformerField

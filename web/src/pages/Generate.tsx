@@ -6,6 +6,7 @@ import {
   denoiseSpec,
   familyOf,
   schedulerChoices,
+  stepsField,
   strengthLimits,
   supportsImageToImage,
   type Family,
@@ -165,7 +166,7 @@ export function GeneratePage() {
       ...form,
       width: clampToSpec(form.width, spec("width")),
       height: clampToSpec(form.height, spec("height")),
-      steps: clampToSpec(form.steps, spec("steps")),
+      steps: clampToSpec(form.steps, spec(stepsField(family))),
       guidance: clampToSpec(form.guidance, spec(family.guidance.field), false),
       strength: clampToSpec(form.strength, { kind: "number", ...strength }, false),
       sourceImage: i2i ? form.sourceImage : null,
@@ -287,7 +288,7 @@ export function GeneratePage() {
         <div class="grid2">
           <NumberField id="gen-width" label="Width" value={form.width} spec={spec("width")} onChange={(v) => set("width", v)} />
           <NumberField id="gen-height" label="Height" value={form.height} spec={spec("height")} onChange={(v) => set("height", v)} />
-          <NumberField id="gen-steps" label="Steps" value={form.steps} spec={spec("steps")} onChange={(v) => set("steps", v)} />
+          <NumberField id="gen-steps" label="Steps" value={form.steps} spec={family ? spec(stepsField(family)) : undefined} onChange={(v) => set("steps", v)} />
           <NumberField
             id="gen-guidance"
             label={family?.guidance.label ?? "Guidance"}

@@ -218,6 +218,7 @@ class FamilyInfo(BaseModel):
     second_prompt_label: str | None = Field(
         description="The text encoder takes a second prompt (`prompt_2`) under this name; null: it takes none."
     )
+    steps_field: str = Field(description="The denoise input of the number of steps (steps, or InvokeAI's num_steps).")
     guidance: FamilyGuidance
     size_multiple: int = Field(description="Width and height must be multiples of this.")
     defaults: FamilyDefaults = Field(description="The denoise node's defaults.")
@@ -257,12 +258,13 @@ def family_info(family: Family) -> FamilyInfo:
         conditioning_field=graph.conditioning_field,
         negative=graph.negative,
         second_prompt_label=graph.second_prompt_label,
+        steps_field=graph.steps_field,
         guidance=FamilyGuidance(field=graph.guidance_field, label=graph.guidance_label, off=graph.guidance_off),
         size_multiple=family.constants.size_multiple,
         defaults=FamilyDefaults(
             width=_default(graph.denoise, "width"),
             height=_default(graph.denoise, "height"),
-            steps=_default(graph.denoise, "steps"),
+            steps=_default(graph.denoise, graph.steps_field),
             guidance=_default(graph.denoise, graph.guidance_field),
         ),
         image_to_image=graph.encode is not None and denoise is not None and "latents" in denoise.model_fields,

@@ -190,16 +190,27 @@ FAMILY = Family(
     make_scheduler=make_scheduler,
     node_module="invokeai.app.nodes.flux",
     graph=GraphFacts(
+        # InvokeAI's FLUX.1 nodes, wired as its buildFLUXGraph wires them (the loader's VAE also goes to
+        # flux_denoise's controlnet_vae, which previews steps here).
+        loader="flux_model_loader",
+        loader_links={
+            "text_encoder": (("clip", "clip"), ("t5_encoder", "t5_encoder"), ("max_seq_len", "t5_max_seq_len")),
+            "denoise": (("transformer", "transformer"), ("vae", "controlnet_vae")),
+            "decode": (("vae", "vae"),),
+            "encode": (("vae", "vae"),),
+        },
         text_encoder="flux_text_encoder",
         denoise="flux_denoise",
         decode="flux_vae_decode",
         encode="flux_vae_encode",
-        conditioning_field="conditioning",
+        conditioning_field="positive_text_conditioning",
         negative="never",
         second_prompt_label="T5 prompt",
+        steps_field="num_steps",
         guidance_field="guidance",
         guidance_label="Guidance",
         guidance_off=0.0,
+        strength_field="denoising_start",
     ),
     config_variants=CONFIG_VARIANTS,
     files=FILES,

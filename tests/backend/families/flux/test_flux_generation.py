@@ -158,3 +158,114 @@ def test_preview_projection_is_fitted_on_the_denoisers_latents(flux_pipe: Any) -
 def test_an_image_off_the_packed_multiple_is_refused_by_vae_encode(flux_pipe: Any) -> None:
     with pytest.raises(ValueError, match="got 72x64"):
         generation.vae_encode(flux_pipe.vae, Image.new("RGB", (72, 64)), 0)
+
+
+# InvokeAI's flux_denoise (generation.denoise_invokeai): its noise, schedule and samplers.
+
+
+def test_invokeais_noise_is_the_seeds_cpu_draw_in_half_precision() -> None:
+    noise = generation.invokeai_noise(96, 64, 42, "cpu", torch.float32)
+    draw = torch.randn(1, 16, 8, 12, generator=torch.Generator("cpu").manual_seed(42), dtype=torch.float32)
+    assert noise.shape == (1, 16, 8, 12) and noise.dtype == torch.float32
+    assert torch.equal(noise, draw.half().float())  # the same stream, rounded to float16
+    assert not torch.equal(noise, draw)
+
+
+def invokeai_ours(pipe: Any, prompt: str, width: int, height: int, seed: int, **kwargs: Any) -> Image.Image:
+    pooled = generation.encode_clip(pipe.text_encoder, pipe.tokenizer, prompt, "cpu")
+    t5 = generation.encode_t5(pipe.text_encoder_2, pipe.tokenizer_2, prompt, "cpu", 256)
+    latents = generation.denoise_invokeai(
+        pipe.transformer,
+        positive=generation.Prompt(t5, pooled),
+        negative=kwargs.pop("negative", None),
+        width=width,
+        height=height,
+        steps=STEPS,
+        seed=seed,
+        device="cpu",
+        dtype=torch.float32,
+        **kwargs,
+    )
+    return generation.vae_decode(pipe.vae, latents)
+
+
+@pytest.mark.parametrize("variant", ["dev", "schnell"])
+def test_invokeais_text_to_image_is_flux_pipelines_from_its_noise(
+    flux_pipe: Any, schnell_pipe: Any, variant: str
+) -> None:
+    """dev: the shifted schedule and the guidance embedding; schnell: the schedule unshifted, as InvokeAI runs it."""
+    pipe = flux_pipe if variant == "dev" else schnell_pipe
+    mine = invokeai_ours(pipe, "a red house", 96, 64, 9, guidance=4.0)
+    noise = generation.invokeai_noise(96, 64, 9, "cpu", torch.float32)
+    theirs = pipe(
+        "a red house",
+        width=96,
+        height=64,
+        num_inference_steps=STEPS,
+        guidance_scale=4.0,
+        max_sequence_length=256,
+        latents=generation.pack_latents(noise),
+    ).images[0]
+    assert max_diff(mine, theirs) <= 1
+
+
+def test_invokeais_schedule_is_cut_fractionally() -> None:
+    schedule = generation.invokeai_schedule(4, 64, 64, shifted=False)
+    assert schedule == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0])
+    # The last time at or above 1 - start becomes 1 - start; 1 - end is added below the last one above it.
+    assert generation.clip_schedule(schedule, 0.3, 1.0) == pytest.approx([0.7, 0.5, 0.25, 0.0])
+    assert generation.clip_schedule(schedule, 0.0, 0.6) == pytest.approx([1.0, 0.75, 0.5, 0.4])
+    assert generation.clip_schedule(schedule, 0.25, 0.5) == pytest.approx([0.75, 0.5])
+    shifted = generation.invokeai_schedule(4, 1024, 1024, shifted=True)
+    assert shifted[0] == 1.0 and shifted[-1] == 0.0 and shifted[2] > 0.5  # pushed toward 1
+    with pytest.raises(ValueError, match="denoising_start"):
+        generation.clip_schedule(schedule, 0.8, 0.2)
+
+
+def test_cfg_schedule_is_invokeais() -> None:
+    assert generation.cfg_schedule(3.0, 4, 1, -2) == [1.0, 3.0, 3.0, 1.0]
+    assert generation.cfg_schedule([2.0, 3.0, 4.0], 3, 0, -1) == [2.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="cfg_scale has 2 values"):
+        generation.cfg_schedule([2.0, 3.0], 3, 0, -1)
+    with pytest.raises(ValueError, match="cfg_scale_start_step"):
+        generation.cfg_schedule(2.0, 3, 3, -1)
+
+
+def test_a_start_equal_to_the_end_only_noises(flux_pipe: Any) -> None:
+    init = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(1))
+    pooled = generation.encode_clip(flux_pipe.text_encoder, flux_pipe.tokenizer, "x", "cpu")
+    t5 = generation.encode_t5(flux_pipe.text_encoder_2, flux_pipe.tokenizer_2, "x", "cpu", 256)
+    out = generation.denoise_invokeai(
+        flux_pipe.transformer,
+        positive=generation.Prompt(t5, pooled),
+        negative=None,
+        width=64,
+        height=64,
+        steps=4,
+        seed=3,
+        device="cpu",
+        dtype=torch.float32,
+        init_latents=init,
+        denoising_start=0.5,
+        denoising_end=0.5,
+    )
+    noise = generation.invokeai_noise(64, 64, 3, "cpu", torch.float32)
+    assert torch.allclose(out, 0.5 * noise + 0.5 * init)
+
+
+def test_heun_and_lcm_run_and_lcm_is_seeded(flux_pipe: Any) -> None:
+    euler = invokeai_ours(flux_pipe, "a cat", 64, 64, 0)
+    heun = invokeai_ours(flux_pipe, "a cat", 64, 64, 0, scheduler="heun")
+    lcm = invokeai_ours(flux_pipe, "a cat", 64, 64, 0, scheduler="lcm")
+    assert max_diff(euler, heun) > 1 and max_diff(euler, lcm) > 1
+    assert max_diff(lcm, invokeai_ours(flux_pipe, "a cat", 64, 64, 0, scheduler="lcm")) == 0
+
+
+def test_true_cfg_uses_the_negative_prompt_and_needs_one(flux_pipe: Any) -> None:
+    pooled = generation.encode_clip(flux_pipe.text_encoder, flux_pipe.tokenizer, "blurry", "cpu")
+    t5 = generation.encode_t5(flux_pipe.text_encoder_2, flux_pipe.tokenizer_2, "blurry", "cpu", 256)
+    plain = invokeai_ours(flux_pipe, "a cat", 64, 64, 0)
+    guided = invokeai_ours(flux_pipe, "a cat", 64, 64, 0, cfg_scale=4.0, negative=generation.Prompt(t5, pooled))
+    assert max_diff(plain, guided) > 1
+    with pytest.raises(ValueError, match="negative prompt"):
+        invokeai_ours(flux_pipe, "a cat", 64, 64, 0, cfg_scale=4.0)
