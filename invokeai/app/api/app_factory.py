@@ -18,7 +18,9 @@ from invokeai.app.api.routers import board_images as board_images_router
 from invokeai.app.api.routers import boards as boards_router
 from invokeai.app.api.routers import client_state as client_state_router
 from invokeai.app.api.routers import events as events_router
+from invokeai.app.api.routers import gallery as gallery_router
 from invokeai.app.api.routers import images as images_router
+from invokeai.app.api.routers import left_out as left_out_router
 from invokeai.app.api.routers import models as models_router
 from invokeai.app.api.routers import queue as queue_router
 from invokeai.app.api.routers import workflows as workflows_router
@@ -78,6 +80,8 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
         board_images_router.router,
         client_state_router.router,
         workflows_router.router,
+        gallery_router.router,
+        left_out_router.router,
     ):
         app.include_router(router, prefix=API_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED)
     app.include_router(

@@ -1320,6 +1320,103 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/gallery/item_names": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Item Names */
+        get: operations["get_gallery_item_names"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/style_presets/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Style Presets
+         * @description InvokeAI's style presets: this server has none.
+         */
+        get: operations["list_style_presets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/system_prompts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List System Prompts
+         * @description InvokeAI's system prompts (for its prompt expansion): this server has none.
+         */
+        get: operations["list_system_prompts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/videos/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Videos
+         * @description InvokeAI's videos: this server makes none. InvokeAI's filters are accepted and change nothing.
+         */
+        get: operations["list_videos"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/model_relationships/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Get Related Models Batch
+         * @description InvokeAI's links between models (a LoRA made for a main model, ...): this server keeps none.
+         */
+        post: operations["get_related_models_batch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v2/models/": {
         parameters: {
             query?: never;
@@ -2750,6 +2847,24 @@ export interface components {
             /** @description The VAE (flux_model_loader) */
             vae?: components["schemas"]["VAEField"];
         };
+        /** GalleryItemNames */
+        GalleryItemNames: {
+            /**
+             * Item Names
+             * @description The names of the items the filters select, in the gallery's order.
+             */
+            item_names: string[];
+            /**
+             * Starred Count
+             * @description How many of them are starred (when starred_first).
+             */
+            starred_count: number;
+            /**
+             * Total Count
+             * @description How many items the filters select.
+             */
+            total_count: number;
+        };
         /** Graph */
         Graph: {
             /**
@@ -3867,6 +3982,14 @@ export interface components {
             /** Models */
             models: components["schemas"]["ModelRecord"][];
         };
+        /** ModelRelationshipBatchRequest */
+        ModelRelationshipBatchRequest: {
+            /**
+             * Model Keys
+             * @description Models whose related models to list
+             */
+            model_keys: string[];
+        };
         /**
          * NodeFieldValue
          * @description A value that batch data put into a node field of this item's graph.
@@ -3923,6 +4046,31 @@ export interface components {
              * @description The page's items
              */
             items: components["schemas"]["ImageDTO"][];
+        };
+        /** OffsetPaginatedResults[dict[str, Any]] */
+        OffsetPaginatedResults_dict_str__Any__: {
+            /**
+             * Limit
+             * @description How many items were asked for
+             */
+            limit: number;
+            /**
+             * Offset
+             * @description How many were skipped
+             */
+            offset: number;
+            /**
+             * Total
+             * @description How many there are in all (of those the filters select)
+             */
+            total: number;
+            /**
+             * Items
+             * @description The page's items
+             */
+            items: {
+                [key: string]: unknown;
+            }[];
         };
         /** PaginatedResults[WorkflowRecordListItemWithThumbnailDTO] */
         PaginatedResults_WorkflowRecordListItemWithThumbnailDTO_: {
@@ -9068,6 +9216,215 @@ export interface operations {
             };
             /** @description No workflow of that id. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_gallery_item_names: {
+        parameters: {
+            query?: {
+                /** @description Only images made here (internal) or uploaded (external). */
+                origin?: ("internal" | "external") | null;
+                /** @description Only images of these categories. */
+                categories?: ("general" | "mask" | "control" | "user" | "other")[] | null;
+                /** @description Only intermediate images (true), or none (false). */
+                is_intermediate?: boolean | null;
+                /** @description Only the images of this board; 'none': only those on no board. */
+                board_id?: string | null;
+                /** @description Oldest (ASC) or newest (DESC) first. */
+                order_dir?: "ASC" | "DESC";
+                /** @description Starred images before the others. */
+                starred_first?: boolean;
+                /** @description Only images whose metadata or creation time holds this text. */
+                search_term?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GalleryItemNames"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No such board. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_style_presets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    }[];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    list_system_prompts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    }[];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    list_videos: {
+        parameters: {
+            query?: {
+                offset?: number;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OffsetPaginatedResults_dict_str__Any__"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_related_models_batch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelRelationshipBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string[];
+                };
+            };
+            /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The body is larger than max_upload_mb plus 1 MB (refused while it arrives). */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };

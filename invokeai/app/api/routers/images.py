@@ -98,7 +98,7 @@ def _file(services: AppServices, path: Path) -> FileResponse:
     return FileResponse(path, media_type=MEDIA_TYPES.get(path.suffix, "application/octet-stream"))
 
 
-def _check_board(services: AppServices, board_id: str | None) -> None:
+def check_board(services: AppServices, board_id: str | None) -> None:
     if board_id is not None and board_id != UNCATEGORIZED and not services.boards.exists(board_id):
         raise BoardNotFoundError(board_id)
 
@@ -118,7 +118,7 @@ def list_images(
 ) -> OffsetPaginatedResults[ImageDTO]:
     """A page of images, starred first (unless starred_first=false), then newest first (or oldest: order_dir=ASC),
     with the total the filters select. InvokeAI's gallery passes is_intermediate=false."""
-    _check_board(services, board_id)
+    check_board(services, board_id)
     filters = ImageFilters(
         image_origin=image_origin,
         categories=tuple(categories) if categories is not None else None,
@@ -145,7 +145,7 @@ def get_image_names(
 ) -> ImageNamesResult:
     """The names of the images the filters select, in the list's order (InvokeAI's gallery scrolls over these),
     at most 100000."""
-    _check_board(services, board_id)
+    check_board(services, board_id)
     filters = ImageFilters(
         image_origin=image_origin,
         categories=tuple(categories) if categories is not None else None,
@@ -325,7 +325,7 @@ def upload_image(
 ) -> ImageDTO:
     """Store an image (re-encoded as PNG, keeping an InvokeAI PNG's metadata, workflow and graph); nothing is
     stored unless it decodes completely."""
-    _check_board(services, board_id if board_id != UNCATEGORIZED else None)
+    check_board(services, board_id if board_id != UNCATEGORIZED else None)
     size = _resize_to(resize_to)
     metadata_text = _metadata(metadata)
     limit = services.images.max_upload_bytes

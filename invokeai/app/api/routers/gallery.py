@@ -1,0 +1,54 @@
+"""/api/v1/gallery: InvokeAI's gallery reads the names of its items (images and videos interleaved) here. This server
+makes no videos, so the items are the images, in the order and with the filters of images/names."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from invokeai.app.api.dependencies import AppServices
+from invokeai.app.api.json_body import ApiRoute
+from invokeai.app.api.routers.images import (
+    BoardIdFilter,
+    CategoriesFilter,
+    ImageOriginFilter,
+    IntermediateFilter,
+    OrderDir,
+    SearchTerm,
+    StarredFirst,
+    check_board,
+)
+from invokeai.app.services.images import ImageFilters
+
+router = APIRouter(prefix="/gallery", tags=["gallery"], route_class=ApiRoute)
+
+
+class GalleryItemNames(BaseModel):
+    item_names: list[str] = Field(description="The names of the items the filters select, in the gallery's order.")
+    starred_count: int = Field(description="How many of them are starred (when starred_first).")
+    total_count: int = Field(description="How many items the filters select.")
+
+
+@router.get("/item_names", operation_id="get_gallery_item_names", responses={404: {"description": "No such board."}})
+def get_item_names(
+    services: AppServices,
+    origin: ImageOriginFilter = None,
+    categories: CategoriesFilter = None,
+    is_intermediate: IntermediateFilter = None,
+    board_id: BoardIdFilter = None,
+    order_dir: OrderDir = "DESC",
+    starred_first: StarredFirst = True,
+    search_term: SearchTerm = None,
+) -> GalleryItemNames:
+    check_board(services, board_id)
+    filters = ImageFilters(
+        image_origin=origin,
+        categories=tuple(categories) if categories is not None else None,
+        is_intermediate=is_intermediate,
+        board_id=board_id,
+        search_term=search_term,
+    )
+    names = services.images.names(filters, starred_first=starred_first, direction=order_dir)
+    return GalleryItemNames(
+        item_names=names.image_names, starred_count=names.starred_count, total_count=names.total_count
+    )
