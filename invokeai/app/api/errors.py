@@ -16,7 +16,12 @@ from starlette.routing import compile_path
 
 from invokeai.app.services.batch import InvalidBatchError
 from invokeai.app.services.images import ImageNotFoundError, ImageTooLargeError, UnsupportedImageError
-from invokeai.app.services.model_install import ModelSourceNotFoundError
+from invokeai.app.services.model_install import (
+    InstallJobsFullError,
+    ModelSourceNotFoundError,
+    ProbedFieldMismatchError,
+    UnsupportedSourceError,
+)
 from invokeai.app.services.model_records import DuplicateModelNameError, InvalidModelNameError, ModelNotFoundError
 from invokeai.app.services.session_queue import QueueFullError, QueueItemNotFoundError
 from invokeai.backend.models.errors import UnsupportedModelError
@@ -102,6 +107,17 @@ async def _invalid_model_name(request: Request, error: Exception) -> JSONRespons
     return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
+async def _unsupported_source(request: Request, error: Exception) -> JSONResponse:
+    detail = [{"loc": ["query", "source"], "msg": str(error), "type": "value_error"}]
+    return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+async def _probed_field_mismatch(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ProbedFieldMismatchError)
+    detail = [{"loc": ["body", text.split(" ", 1)[0]], "msg": text, "type": "value_error"} for text in error.mismatches]
+    return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
 async def _conflict(request: Request, error: Exception) -> JSONResponse:
     return _detail(status.HTTP_409_CONFLICT, str(error))
 
@@ -133,6 +149,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(UnsupportedModelError, _unsupported)
     app.add_exception_handler(DuplicateModelNameError, _conflict)
     app.add_exception_handler(InvalidModelNameError, _invalid_model_name)
+    app.add_exception_handler(UnsupportedSourceError, _unsupported_source)
+    app.add_exception_handler(ProbedFieldMismatchError, _probed_field_mismatch)
+    app.add_exception_handler(InstallJobsFullError, _queue_full)
 
 
 # What the request body's own parsing can answer, for every operation that takes a body; the routes declare the

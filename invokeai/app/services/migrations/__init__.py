@@ -9,6 +9,7 @@ from invokeai.app.services.migrations.m003_models import migration as m003_model
 from invokeai.app.services.migrations.m004_queue_graphs import migration as m004_queue_graphs
 from invokeai.app.services.migrations.m005_queue_origin import migration as m005_queue_origin
 from invokeai.app.services.migrations.m006_queue_claims import migration as m006_queue_claims
+from invokeai.app.services.migrations.m007_model_settings import migration as m007_model_settings
 
 MIGRATIONS: list[Migration] = [
     m001_images,
@@ -17,6 +18,7 @@ MIGRATIONS: list[Migration] = [
     m004_queue_graphs,
     m005_queue_origin,
     m006_queue_claims,
+    m007_model_settings,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]
