@@ -110,3 +110,14 @@ def test_identifier_takes_exactly_one_of_key_or_name() -> None:
     for bad in ({}, {"key": "k", "name": "n"}):
         with pytest.raises(ValidationError, match="exactly one of 'key' or 'name'"):
             ModelIdentifier.model_validate(bad)
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_trigger_phrases_default_settings_and_source_type_are_kept(records: ModelRecordService) -> None:
+    added = records.add(
+        record("k1", "tuned").model_copy(update={"trigger_phrases": ["sks", "é ☃"], "default_settings": {"steps": 8}})
+    )
+    assert records.get("k1") == added and added.source_type == "path"
+    changed = records.update("k1", {"trigger_phrases": None, "default_settings": {"width": 768, "cfg_scale": 5.5}})
+    assert (changed.trigger_phrases, changed.default_settings) == (None, {"width": 768, "cfg_scale": 5.5})
+    assert records.get("k1") == changed
