@@ -2,7 +2,8 @@ import createClient, { type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema";
 
 export type Schemas = components["schemas"];
-export type ModelRecord = Schemas["ModelRecord"];
+export type ModelRecord = Schemas["ModelConfig"];
+export type InstallJob = Schemas["ModelInstallJob"];
 export type ImageRecord = Schemas["ImageRecord"];
 export type QueueItem = Schemas["SessionQueueItem"];
 export type QueueStatus = Schemas["QueueAndProcessorStatus"];
