@@ -79,11 +79,11 @@ class ModelConfig(BaseModel):
         description="InvokeAI's format: diffusers (a pipeline folder), checkpoint (one safetensors), gguf_quantized."
     )
     base: BaseModelType = Field(  # type: ignore[valid-type]
-        description="InvokeAI's base architecture (sd-1, sdxl, flux, z-image, krea-2 ...): the family's."
+        description="InvokeAI's base architecture: the family's (its BaseModelType value, docs/families.md)."
     )
     variant: str | None = Field(
-        description="InvokeAI's variant of the base: normal or inpaint (SD), dev, schnell or dev_fill (FLUX.1), "
-        "turbo or zbase (Z-Image), krea2_turbo or krea2_base (Krea-2); null where InvokeAI's record has none."
+        description="InvokeAI's variant of the base, as its probe reads the model's configs (normal, inpaint, dev, "
+        "schnell, turbo ...); null where InvokeAI's record has none."
     )
     prediction_type: str | None = Field(
         description="What the UNet predicts (epsilon, v_prediction), for SD models; null for the others."

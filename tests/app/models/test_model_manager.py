@@ -288,3 +288,21 @@ def test_a_model_larger_than_the_cache_is_loaded_once_per_node(
     assert loads == ["vae"]
     assert sum("does not fit in the model cache" in r.getMessage() for r in caplog.records) == 1
     assert manager.config(sd1, "vae")["latent_channels"] == vae.config.latent_channels
+
+
+def test_a_load_from_disk_is_announced_as_invokeai_does(manager: ModelManager, client: TestClient) -> None:
+    """model_load_started and model_load_complete, with the model's record and the component, when a component is
+    read from disk; not again while the cache holds it."""
+    from invokeai.app.services.events import EventBase
+
+    seen: list[EventBase] = []
+    client.app.state.events.add_listener(seen.append)  # type: ignore[attr-defined]
+    sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    manager.load(sd1, "vae")
+    payloads = [event.model_dump(mode="json") for event in seen]
+    assert [event.event_name for event in seen] == ["model_load_started", "model_load_complete"]
+    record = client.get(f"/api/v2/models/i/{sd1.key}").json()
+    for payload in payloads:
+        assert (payload["config"], payload["submodel_type"], payload["user_id"]) == (record, "vae", "system")
+    manager.load(sd1, "vae")
+    assert len(seen) == 2
