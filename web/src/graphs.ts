@@ -92,12 +92,12 @@ export interface GenerateSettings {
 }
 
 /**
- * The model every node but the denoiser names. A lone transformer (type transformer) has no text encoders or VAE,
+ * The model every node but the denoiser names. A lone transformer (not a `pipeline`) has no text encoders or VAE,
  * so those nodes name the family's first installed pipeline, as docs/examples/*_gguf_* do.
  */
 export function companionModel(model: ModelRecord, models: ModelRecord[]): string {
-  if (model.type === "main") return model.name;
-  return models.find((m) => m.family === model.family && m.type === "main")?.name ?? model.name;
+  if (model.pipeline) return model.name;
+  return models.find((m) => m.family === model.family && m.pipeline)?.name ?? model.name;
 }
 
 type Node = NonNullable<Graph["nodes"]>[string];

@@ -25,7 +25,9 @@ export interface Progress {
   preview: string | null;
 }
 
+/** An install job of this server (GET /api/v2/models/install/{id}), as its model_install_* events report it. */
 export interface InstallState {
+  id: number;
   name: string;
   source: string;
   bytesDone: number;
@@ -51,7 +53,8 @@ export interface State {
   progress: Progress | null;
   /** The items of the last batch this page enqueued, to show the status of each. */
   batchId: string | null;
-  installs: Record<string, InstallState>;
+  /** By job id. */
+  installs: Record<number, InstallState>;
   connection: ConnectionState;
   connectionDetail?: string;
   errors: { id: number; message: string }[];
@@ -245,24 +248,38 @@ export function handleEvent(event: AnyEvent): void {
     case "invocation_error":
       scheduleQueueRefresh();
       break;
+    case "model_install_started":
     case "model_install_progress":
     case "model_install_complete":
-    case "model_install_error": {
+    case "model_install_error":
+    case "model_install_cancelled": {
       const d = event.data;
       setState((s) => {
-        const prev = s.installs[d.source] ?? { name: d.name, source: d.source, bytesDone: 0, totalBytes: 0, done: false };
-        const next: InstallState = { ...prev, name: d.name };
+        const path = d.source.path;
+        const prev = s.installs[d.id] ?? {
+          id: d.id,
+          name: path.split(/[\\/]/).pop() ?? path,
+          source: path,
+          bytesDone: 0,
+          totalBytes: 0,
+          done: false,
+        };
+        const next: InstallState = { ...prev };
         if (event.name === "model_install_progress") {
-          next.bytesDone = event.data.bytes_done;
+          next.bytesDone = event.data.bytes;
           next.totalBytes = event.data.total_bytes;
         } else if (event.name === "model_install_complete") {
-          next.bytesDone = next.totalBytes = event.data.total_bytes;
+          next.name = event.data.config.name;
+          next.bytesDone = next.totalBytes = event.data.total_bytes ?? next.totalBytes;
           next.done = true;
-        } else {
+        } else if (event.name === "model_install_error") {
           next.done = true;
-          next.error = `${event.data.error_type}: ${event.data.error_message}`;
+          next.error = `${event.data.error_type}: ${event.data.error}`;
+        } else if (event.name === "model_install_cancelled") {
+          next.done = true;
+          next.error = "cancelled";
         }
-        return { installs: { ...s.installs, [d.source]: next } };
+        return { installs: { ...s.installs, [d.id]: next } };
       });
       if (event.name === "model_install_complete") refreshModels().catch(reportError);
       break;

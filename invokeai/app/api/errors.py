@@ -18,7 +18,12 @@ from invokeai.app.services.batch import InvalidBatchError
 from invokeai.app.services.boards import BoardNotFoundError, TooManyBoardsError
 from invokeai.app.services.client_state import ClientStateFullError, ClientStateValueTooLargeError
 from invokeai.app.services.images import ImageNotFoundError, ImageTooLargeError, UnsupportedImageError
-from invokeai.app.services.model_install import ModelSourceNotFoundError
+from invokeai.app.services.model_install import (
+    InstallJobsFullError,
+    ModelSourceNotFoundError,
+    ProbedFieldMismatchError,
+    UnsupportedSourceError,
+)
 from invokeai.app.services.model_records import DuplicateModelNameError, InvalidModelNameError, ModelNotFoundError
 from invokeai.app.services.session_queue import QueueFullError, QueueItemNotFoundError
 from invokeai.app.services.workflows import WorkflowLibraryFullError, WorkflowNotFoundError
@@ -105,6 +110,17 @@ async def _invalid_model_name(request: Request, error: Exception) -> JSONRespons
     return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
+async def _unsupported_source(request: Request, error: Exception) -> JSONResponse:
+    detail = [{"loc": ["query", "source"], "msg": str(error), "type": "value_error"}]
+    return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+async def _probed_field_mismatch(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ProbedFieldMismatchError)
+    detail = [{"loc": ["body", text.split(" ", 1)[0]], "msg": text, "type": "value_error"} for text in error.mismatches]
+    return ErrorResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
 async def _conflict(request: Request, error: Exception) -> JSONResponse:
     return _detail(status.HTTP_409_CONFLICT, str(error))
 
@@ -142,6 +158,9 @@ def install_error_handlers(app: FastAPI) -> None:
     for full in (TooManyBoardsError, ClientStateFullError, WorkflowLibraryFullError):
         app.add_exception_handler(full, _conflict)
     app.add_exception_handler(ClientStateValueTooLargeError, _too_large)
+    app.add_exception_handler(UnsupportedSourceError, _unsupported_source)
+    app.add_exception_handler(ProbedFieldMismatchError, _probed_field_mismatch)
+    app.add_exception_handler(InstallJobsFullError, _queue_full)
 
 
 # What the request body's own parsing can answer, for every operation that takes a body; the routes declare the

@@ -87,6 +87,7 @@ class Services:
 
     def stop(self) -> None:
         self.processor.stop()
+        self.installer.stop()  # its jobs write records: before the database closes
         if self.relay is not None:
             self.relay.stop()  # after the processor: the cancels of its stop reach the other servers
         self.leases.stop()
@@ -116,7 +117,7 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         lease_seconds=config.queue_lease_seconds,
         requeue_interrupted=config.requeue_interrupted,
     )
-    models = build_model_manager(config, ModelRecordService(db))
+    models = build_model_manager(config, ModelRecordService(db), events)
     installer = ModelInstallService(
         models.records, config.models_path, events, hash_models=config.hash_models, on_delete=models.forget
     )
@@ -167,11 +168,13 @@ def worker_managers(config: InvokeAIAppConfig, models: ModelManager) -> list[tup
     ]
 
 
-def build_model_manager(config: InvokeAIAppConfig, records: ModelRecordService) -> ModelManager:
+def build_model_manager(
+    config: InvokeAIAppConfig, records: ModelRecordService, events: EventBus | None = None
+) -> ModelManager:
     device = choose_device(config.device)
     cache = ModelCache(
         max_cache_ram_bytes=int(config.max_cache_ram_gb * GIGABYTE),
         execution_device=device,
         device_working_mem_bytes=int(config.device_working_mem_gb * GIGABYTE),
     )
-    return ModelManager(records, cache, device, choose_dtype(config.precision, device))
+    return ModelManager(records, cache, device, choose_dtype(config.precision, device), events=events)

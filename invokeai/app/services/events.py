@@ -15,6 +15,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from invokeai.app.services.model_configs import ModelConfig
+from invokeai.app.services.model_install_jobs import LocalModelSource
 from invokeai.app.services.queue_models import AnyInvocationOutput, QueueItemStatus
 
 logger = logging.getLogger(__name__)
@@ -153,35 +155,72 @@ class ModelEventBase(EventBase):
     """Model events concern the whole server rather than one queue: every queue's stream gets them."""
 
     queue_id: str | None = Field(None, description="Always null: a model event is sent on every queue's stream.")  # type: ignore[assignment]
-    source: str = Field(description="The path the model is installed from.")
-    name: str = Field(description="The name the model is installed under.")
 
 
-class ModelInstallProgressEvent(ModelEventBase):
-    """A model install copied (or hashed) some more bytes; sent at most twice a second, and at the start and end."""
+class ModelInstallEventBase(ModelEventBase):
+    id: int = Field(description="The install job's id (GET /api/v2/models/install/{id}).")
+    source: LocalModelSource = Field(description="What is installed.")
+
+
+class ModelInstallStartedEvent(ModelInstallEventBase):
+    """An install job started: its source is being probed, then copied (or recorded in place) and hashed."""
+
+    event_name: ClassVar[str] = "model_install_started"
+
+
+class ModelInstallProgressEvent(ModelInstallEventBase):
+    """An install copied (or hashed) some more bytes; sent at most twice a second, and at the start and end of the
+    files. This server's own event: InvokeAI reports progress only of downloads (model_install_download_progress)."""
 
     event_name: ClassVar[str] = "model_install_progress"
 
-    bytes_done: int
-    total_bytes: int
+    bytes: int = Field(description="Bytes copied or hashed so far.")
+    total_bytes: int = Field(description="Bytes of the model's files.")
 
 
-class ModelInstallCompleteEvent(ModelEventBase):
-    """A model was installed; `key` names its record."""
+class ModelInstallCompleteEvent(ModelInstallEventBase):
+    """A model was installed; `key` names its record and `config` is the record."""
 
     event_name: ClassVar[str] = "model_install_complete"
 
-    key: str
-    total_bytes: int
+    key: str = Field(description="The model's key.")
+    total_bytes: int | None = Field(description="Bytes of the model's files.")
+    config: ModelConfig = Field(description="The installed model's record.")
 
 
-class ModelInstallErrorEvent(ModelEventBase):
-    """A model install failed; nothing of it was kept."""
+class ModelInstallCancelledEvent(ModelInstallEventBase):
+    """An install job was cancelled; nothing of it was kept."""
+
+    event_name: ClassVar[str] = "model_install_cancelled"
+
+
+class ModelInstallErrorEvent(ModelInstallEventBase):
+    """An install failed; nothing of it was kept."""
 
     event_name: ClassVar[str] = "model_install_error"
 
     error_type: str = Field(description="The exception's class name.")
-    error_message: str
+    error: str = Field(description="What went wrong.")
+
+
+class ModelLoadEventBase(ModelEventBase):
+    config: ModelConfig = Field(description="The model's record.")
+    submodel_type: str | None = Field(
+        default=None, description="The component loaded (unet, transformer, text_encoder, vae ...)."
+    )
+    user_id: str = Field(default="system", description="Always system (this server has one user).")
+
+
+class ModelLoadStartedEvent(ModelLoadEventBase):
+    """A model component is being read from disk into the RAM cache (not sent when the cache has it already)."""
+
+    event_name: ClassVar[str] = "model_load_started"
+
+
+class ModelLoadCompleteEvent(ModelLoadEventBase):
+    """A model component was read from disk into the RAM cache."""
+
+    event_name: ClassVar[str] = "model_load_complete"
 
 
 EVENT_TYPES: tuple[type[EventBase], ...] = (
@@ -198,6 +237,10 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     ModelInstallProgressEvent,
     ModelInstallCompleteEvent,
     ModelInstallErrorEvent,
+    ModelInstallStartedEvent,
+    ModelInstallCancelledEvent,
+    ModelLoadStartedEvent,
+    ModelLoadCompleteEvent,
 )
 EVENT_NAMES: tuple[str, ...] = tuple(event.event_name for event in EVENT_TYPES)
 # The same names, for validating a request that names events (a test keeps the two equal).
@@ -215,6 +258,10 @@ EventName = Literal[
     "model_install_progress",
     "model_install_complete",
     "model_install_error",
+    "model_install_started",
+    "model_install_cancelled",
+    "model_load_started",
+    "model_load_complete",
 ]
 
 # For the OpenAPI document: the payload of any event. The SSE `event:` line names which one it is.
@@ -231,7 +278,11 @@ AnyEvent = Annotated[
     | QueueItemsRetriedEvent
     | ModelInstallProgressEvent
     | ModelInstallCompleteEvent
-    | ModelInstallErrorEvent,
+    | ModelInstallErrorEvent
+    | ModelInstallStartedEvent
+    | ModelInstallCancelledEvent
+    | ModelLoadStartedEvent
+    | ModelLoadCompleteEvent,
     Field(description="The payload of one event; the stream's `event:` line says which."),
 ]
 

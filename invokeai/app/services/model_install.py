@@ -1,29 +1,43 @@
 """Installing models: probe what a local path is, copy it under models_dir (or register it in place), hash it, record
 it; and deleting them again.
 
+An install is a job, as in InvokeAI: `submit` probes the source and refuses at once what cannot be installed (a
+missing path, a file of no supported kind, a name taken), then queues a ModelInstallJob that one background thread
+runs (copy, hash, record), publishing model_install_* events; GET install/{id} reports on it, DELETE cancels it.
+The jobs kept in memory are bounded (MAX_JOBS): the oldest finished ones go first.
+
 An install is all or nothing: the copy goes to a hidden folder beside its destination and is renamed into place
-only once complete, and any failure removes it, so a refused or failed install leaves neither a record nor files.
+only once complete, and any failure or cancel removes it, so a refused, failed or cancelled install leaves neither
+a record nor files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import queue
+import re
 import shutil
 import tempfile
 import threading
 import time
+import traceback
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from invokeai.app.services.events import (
     EventBus,
+    ModelInstallCancelledEvent,
     ModelInstallCompleteEvent,
     ModelInstallErrorEvent,
     ModelInstallProgressEvent,
+    ModelInstallStartedEvent,
 )
+from invokeai.app.services.model_configs import ModelConfig, ModelRecordChanges, model_config
+from invokeai.app.services.model_install_jobs import TERMINAL, InstallStatus, LocalModelSource, ModelInstallJob
 from invokeai.app.services.model_records import (
     DuplicateModelNameError,
     ModelRecord,
@@ -40,24 +54,72 @@ logger = logging.getLogger(__name__)
 CHUNK_BYTES = 8 * 1024 * 1024
 PROGRESS_INTERVAL_S = 0.5
 _STAGING_PREFIX = ".install-"
+# Install jobs kept in memory: the oldest finished ones are dropped past this; with this many unfinished, a new one
+# is refused (InstallJobsFullError, 429).
+MAX_JOBS = 100
+# A source named by a scheme (https://, hf://, s3:// ...): a URL, which is not installed here yet.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class ModelSourceNotFoundError(FileNotFoundError):
     pass
 
 
+class UnsupportedSourceError(ValueError):
+    """A source that is not an absolute path on the server (a URL, a Hugging Face repo id, a relative path)."""
+
+
+class InstallJobNotFoundError(KeyError):
+    pass
+
+
+class InstallJobsFullError(RuntimeError):
+    pass
+
+
+class InstallCancelledError(Exception):
+    pass
+
+
+class ProbedFieldMismatchError(ValueError):
+    """The request gave a field the files decide (base, type ...) with another value than theirs."""
+
+    def __init__(self, mismatches: list[str]) -> None:
+        super().__init__("; ".join(mismatches))
+        self.mismatches = mismatches
+
+
+def check_source(source: str) -> Path:
+    """The local path `source` names; UnsupportedSourceError, saying what is allowed, for anything else."""
+    if _URL.match(source):
+        raise UnsupportedSourceError(
+            f"source {source!r} is a URL: only an absolute path on the server is installed here (URLs and Hugging "
+            "Face repo ids are not yet)"
+        )
+    path = Path(source).expanduser()
+    if not path.is_absolute():
+        raise UnsupportedSourceError(
+            f"source {source!r} is not an absolute path: only an absolute path on the server is installed here "
+            "(Hugging Face repo ids and URLs are not yet; a relative path would resolve against wherever the server "
+            "started)"
+        )
+    return path
+
+
 @dataclass
 class _Progress:
-    """Publishes install progress: at the start, at most every PROGRESS_INTERVAL_S, and at the end."""
+    """Publishes install progress: at the start, at most every PROGRESS_INTERVAL_S, and at the end. Between chunks,
+    raises InstallCancelledError once the job is cancelled."""
 
     events: EventBus
-    source: str
-    name: str
+    job: _Job | None
     total: int
     done: int = 0
     _last: float = 0.0
 
     def advance(self, count: int) -> None:
+        if self.job is not None and self.job.cancel_requested.is_set():
+            raise InstallCancelledError
         self.done += count
         now = time.monotonic()
         if now - self._last >= PROGRESS_INTERVAL_S or self.done == self.total:
@@ -65,9 +127,46 @@ class _Progress:
 
     def publish(self, now: float | None = None) -> None:
         self._last = time.monotonic() if now is None else now
+        if self.job is None:
+            return  # a model the server builds itself (the demo models): no job to report on
+        self.job.update(bytes=self.done, total_bytes=self.total)
         self.events.publish(
-            ModelInstallProgressEvent(source=self.source, name=self.name, bytes_done=self.done, total_bytes=self.total)
+            ModelInstallProgressEvent(id=self.job.id, source=self.job.source, bytes=self.done, total_bytes=self.total)
         )
+
+
+@dataclass
+class _Job:
+    """A job and what only the installer sees of it: its probe and the request's settings."""
+
+    state: ModelInstallJob
+    probe: ProbeResult
+    name: str
+    changes: dict
+    cancel_requested: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def id(self) -> int:
+        return self.state.id
+
+    @property
+    def source(self) -> LocalModelSource:
+        return self.state.source
+
+    def update(self, **values: object) -> None:
+        with self.lock:
+            for key, value in values.items():
+                setattr(self.state, key, value)
+
+    def snapshot(self) -> ModelInstallJob:
+        with self.lock:
+            return self.state.model_copy(deep=True)
+
+    @property
+    def finished(self) -> bool:
+        with self.lock:
+            return self.state.status in TERMINAL
 
 
 def _files(path: Path) -> list[Path]:
@@ -125,6 +224,7 @@ class ModelInstallService:
         *,
         hash_models: bool = True,
         on_delete: Callable[[ModelRecord], None] | None = None,
+        max_jobs: int = MAX_JOBS,
     ) -> None:
         self.records = records
         self.models_dir = models_dir
@@ -133,43 +233,176 @@ class ModelInstallService:
         self._on_delete = on_delete
         # Held from "is the name free" to "record added": two installs under one name cannot both pass the check.
         self._finish_lock = threading.Lock()
+        self._max_jobs = max_jobs
+        self._jobs: OrderedDict[int, _Job] = OrderedDict()
+        self._jobs_lock = threading.Lock()
+        self._next_id = 1
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._stopped = False
 
-    def install(
-        self, source: Path, *, inplace: bool = False, name: str | None = None, description: str | None = None
-    ) -> ModelRecord:
-        """Probe `source` and install it: copied to models_dir/<family>/<name> or, with `inplace`, recorded where it
-        is. Raises ModelSourceNotFoundError, UnsupportedModelError, InvalidModelNameError or DuplicateModelNameError
-        (each before anything is written), or whatever the copy raises (after removing what it wrote)."""
-        source = Path(source).expanduser()
-        label = name or default_name(source)
-        try:
-            if not source.exists():
-                raise ModelSourceNotFoundError(f"model source {str(source)!r} not found")
-            probe = probe_model(source)
-            _check_weights(probe)
-            name = check_model_name(name if name is not None else default_name(source))
-            self._check_name_free(name)
-            if inplace:
-                record = self._register(probe, name, description, str(source), owned=False)
-            else:
-                record = self._copy_and_register(probe, name, description)
-        except Exception as error:
-            self._events.publish(
-                ModelInstallErrorEvent(
-                    source=str(source), name=label, error_type=type(error).__name__, error_message=str(error)
-                )
+    # --- jobs
+
+    def submit(
+        self, source: str, *, inplace: bool = False, config: ModelRecordChanges | None = None
+    ) -> ModelInstallJob:
+        """Check and probe `source`, then queue its install and return the job at once (waiting). Raises, before
+        any job exists: UnsupportedSourceError (not an absolute path), ModelSourceNotFoundError,
+        UnsupportedModelError (no kind of model this server runs), InvalidModelNameError, DuplicateModelNameError,
+        ProbedFieldMismatchError (config gives a base, type ... other than the files'), InstallJobsFullError."""
+        config = config if config is not None else ModelRecordChanges()
+        path = check_source(source)
+        if not path.exists():
+            raise ModelSourceNotFoundError(f"model source {str(path)!r} not found")
+        probe = probe_model(path)
+        _check_weights(probe)
+        changes = config.stored()
+        name = check_model_name(changes.pop("name", None) or default_name(path))
+        self._check_name_free(name)
+        mismatches = config.mismatches(self._preview(probe, name))
+        if mismatches:
+            raise ProbedFieldMismatchError(mismatches)
+        with self._jobs_lock:
+            if self._stopped:
+                raise InstallJobsFullError("the server is stopping: no new installs")
+            self._make_room()
+            state = ModelInstallJob(
+                id=self._next_id,
+                config_in=config,
+                inplace=inplace,
+                source=LocalModelSource(path=str(path), inplace=inplace),
+                local_path=str(path),
+                total_bytes=probe.size,
             )
-            raise
+            self._next_id += 1
+            job = _Job(state=state, probe=probe, name=name, changes=changes)
+            self._jobs[job.id] = job
+            self._start_worker()
+        self._queue.put(job)
+        logger.info("Queued install job %d of %s", job.id, path)
+        return job.snapshot()
+
+    def _preview(self, probe: ProbeResult, name: str) -> ModelConfig:
+        """The record the files would give, for comparing with the request's fields."""
+        return model_config(self._record(probe, probe.path, name, {}, str(probe.path), None))
+
+    def _make_room(self) -> None:
+        """Under _jobs_lock: drop the oldest finished jobs until one more fits; refuse when none is finished."""
+        while len(self._jobs) >= self._max_jobs:
+            finished = next((job_id for job_id, job in self._jobs.items() if job.finished), None)
+            if finished is None:
+                raise InstallJobsFullError(
+                    f"{self._max_jobs} model installs are waiting or running; try again when one has finished"
+                )
+            del self._jobs[finished]
+
+    def list_jobs(self) -> list[ModelInstallJob]:
+        with self._jobs_lock:
+            jobs = list(self._jobs.values())
+        return [job.snapshot() for job in jobs]
+
+    def get_job(self, job_id: int) -> ModelInstallJob:
+        return self._job(job_id).snapshot()
+
+    def _job(self, job_id: int) -> _Job:
+        with self._jobs_lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise InstallJobNotFoundError(f"no install job with id {job_id}")
+        return job
+
+    def cancel_job(self, job_id: int) -> ModelInstallJob:
+        """Cancel a waiting or running job: it stops at its next chunk and leaves nothing behind. A finished job is
+        left as it is (a completed install is undone by deleting the model)."""
+        job = self._job(job_id)
+        job.cancel_requested.set()
+        return job.snapshot()
+
+    def wait(self, job_id: int, timeout: float | None = None) -> ModelInstallJob:
+        """The job once finished (or as it is when `timeout` seconds have passed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job = self._job(job_id)
+        while not job.finished and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.02)
+        return job.snapshot()
+
+    def _start_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="model-install", daemon=True)
+            self._worker.start()
+
+    def stop(self) -> None:
+        """Cancel what is waiting or running and end the worker (at server stop, before the database closes)."""
+        with self._jobs_lock:
+            self._stopped = True
+            jobs = list(self._jobs.values())
+            worker = self._worker
+        for job in jobs:
+            job.cancel_requested.set()
+        if worker is not None:
+            self._queue.put(None)
+            worker.join()
+
+    def _work(self) -> None:
+        while (job := self._queue.get()) is not None:
+            try:
+                self._run(job)
+            except Exception:  # _run reports every failure on the job; this keeps the worker alive regardless
+                logger.exception("Install job %d failed unexpectedly", job.id)
+
+    def _run(self, job: _Job) -> None:
+        if job.cancel_requested.is_set():
+            self._cancelled(job)
+            return
+        job.update(status=InstallStatus.RUNNING)
+        self._events.publish(ModelInstallStartedEvent(id=job.id, source=job.source))
+        try:
+            if job.state.inplace:
+                record = self._register(job.probe, job.name, job.changes, str(job.probe.path), owned=False, job=job)
+            else:
+                record = self._copy_and_register(job.probe, job.name, job.changes, job)
+        except InstallCancelledError:
+            self._cancelled(job)
+            return
+        except Exception as error:
+            job.update(
+                status=InstallStatus.ERROR,
+                error_reason=type(error).__name__,
+                error=str(error),
+                error_traceback="".join(traceback.format_exception(error)),
+            )
+            logger.warning("Install job %d of %s failed: %s", job.id, job.probe.path, error)
+            self._events.publish(
+                ModelInstallErrorEvent(id=job.id, source=job.source, error_type=type(error).__name__, error=str(error))
+            )
+            return
+        config = model_config(record)
+        job.update(status=InstallStatus.COMPLETED, config_out=config, bytes=record.size, total_bytes=record.size)
         self._events.publish(
-            ModelInstallCompleteEvent(source=record.source, name=record.name, key=record.key, total_bytes=record.size)
+            ModelInstallCompleteEvent(
+                id=job.id, source=job.source, key=record.key, total_bytes=record.size, config=config
+            )
         )
-        logger.info("Installed model %r (%s %s, %s) from %s", name, record.family, record.type, record.format, source)
-        return record
+        logger.info(
+            "Installed model %r (%s %s, %s) from %s",
+            record.name,
+            record.family,
+            record.type,
+            record.format,
+            record.source,
+        )
+
+    def _cancelled(self, job: _Job) -> None:
+        job.update(status=InstallStatus.CANCELLED)
+        logger.info("Install job %d of %s cancelled", job.id, job.probe.path)
+        self._events.publish(ModelInstallCancelledEvent(id=job.id, source=job.source))
+
+    # --- installing
 
     def register_built(self, path: Path, name: str, description: str) -> ModelRecord:
         """Record a model the server built in place under models_dir (the demo models): owned, so deleting the
         record deletes the files."""
-        return self._register(probe_model(path), name, description, str(path), owned=True)
+        return self._register(probe_model(path), name, {"description": description}, str(path), owned=True)
 
     def _check_name_free(self, name: str) -> None:
         if self.records.exists(name):
@@ -186,20 +419,22 @@ class ModelInstallService:
         return _combined_hash(probe.path, digests)
 
     def _register(
-        self, probe: ProbeResult, name: str, description: str | None, source: str, *, owned: bool
+        self, probe: ProbeResult, name: str, changes: dict, source: str, *, owned: bool, job: _Job | None = None
     ) -> ModelRecord:
         model_hash = None
         if self._hash_models:
-            progress = _Progress(self._events, source, name, probe.size)
+            progress = _Progress(self._events, job, probe.size)
             progress.publish()
             model_hash = self._hash(probe, progress)
-        record = self._record(probe, probe.path, name, description, source, model_hash)
+        if job is not None and job.cancel_requested.is_set():
+            raise InstallCancelledError
+        record = self._record(probe, probe.path, name, changes, source, model_hash)
         with self._finish_lock:
             self._check_name_free(name)
             return self.records.add(record, owned=owned)
 
     def _record(
-        self, probe: ProbeResult, path: Path, name: str, description: str | None, source: str, model_hash: str | None
+        self, probe: ProbeResult, path: Path, name: str, changes: dict, source: str, model_hash: str | None
     ) -> ModelRecord:
         return ModelRecord(
             key=uuid.uuid4().hex,
@@ -211,11 +446,11 @@ class ModelInstallService:
             size=probe.size,
             hash=model_hash,
             source=source,
-            description=description,
             config_variant=probe.config_variant,
+            **changes,
         )
 
-    def _copy_and_register(self, probe: ProbeResult, name: str, description: str | None) -> ModelRecord:
+    def _copy_and_register(self, probe: ProbeResult, name: str, changes: dict, job: _Job) -> ModelRecord:
         family_dir = self.models_dir / probe.family
         family_dir.mkdir(parents=True, exist_ok=True)
         target = family_dir / (name if probe.path.is_dir() else name + probe.path.suffix.lower())
@@ -227,14 +462,17 @@ class ModelInstallService:
         staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{owner_tag()}-", dir=family_dir))
         try:
             staged = staging / target.name
-            model_hash = self._copy(probe, staged, name)
+            model_hash = self._copy(probe, staged, job)
             with self._finish_lock:
+                # The last moment a cancel counts: after this the model is installed.
+                if job.cancel_requested.is_set():
+                    raise InstallCancelledError
                 self._check_name_free(name)
                 if target.exists():
                     raise DuplicateModelNameError(f"{target} already exists on disk; choose another name")
                 staged.rename(target)
                 try:
-                    record = self._record(probe, target, name, description, str(probe.path), model_hash)
+                    record = self._record(probe, target, name, changes, str(probe.path), model_hash)
                     return self.records.add(record, owned=True)
                 except BaseException:
                     remove_path(target)
@@ -242,9 +480,9 @@ class ModelInstallService:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _copy(self, probe: ProbeResult, dest: Path, name: str) -> str | None:
+    def _copy(self, probe: ProbeResult, dest: Path, job: _Job) -> str | None:
         """Copy the model's files to `dest`, hashing them on the way (one read of each byte)."""
-        progress = _Progress(self._events, str(probe.path), name, probe.size)
+        progress = _Progress(self._events, job, probe.size)
         progress.publish()
         digests = []
         for file in _files(probe.path):

@@ -14,6 +14,8 @@ import torch
 from pydantic import BaseModel, Field
 
 from invokeai.app.logging_setup import route_ml_library_logging
+from invokeai.app.services.events import EventBus, ModelLoadCompleteEvent, ModelLoadStartedEvent
+from invokeai.app.services.model_configs import model_config
 from invokeai.app.services.model_records import (
     ModelIdentifier,
     ModelNotFoundError,
@@ -86,12 +88,20 @@ class CachedModel(BaseModel):
 
 class ModelManager:
     def __init__(
-        self, records: ModelRecordService, cache: ModelCache, device: torch.device, dtype: torch.dtype
+        self,
+        records: ModelRecordService,
+        cache: ModelCache,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        events: EventBus | None = None,
     ) -> None:
         self.records = records
         self.cache = cache
         self.device = device
         self.dtype = dtype
+        # Where model_load_started / model_load_complete go (InvokeAI's events), when a component is read from disk.
+        self.events = events
         # Tokenizers and schedulers: small and not modules, so the cache (which prices and moves modules) does not
         # take them; kept here so that a node does not read them from disk at every run.
         self._small: dict[str, Any] = {}
@@ -103,7 +113,7 @@ class ModelManager:
 
     def for_device(self, device: torch.device, dtype: torch.dtype) -> ModelManager:
         """A manager for one worker: the same records, RAM cache and tokenizers, its own execution device."""
-        manager = ModelManager(self.records, self.cache, device, dtype)
+        manager = ModelManager(self.records, self.cache, device, dtype, events=self.events)
         manager._small = self._small
         manager._small_lock = self._small_lock
         with self._small_lock:
@@ -168,8 +178,15 @@ class ModelManager:
         # Loaded on the CPU in the execution dtype: the cache keeps it in RAM and moves it to the device on demand.
         def load() -> Any:
             route_ml_library_logging()
+            # Only a read from disk is announced: a component the cache holds is not loaded again.
+            config = model_config(record) if self.events is not None else None
+            if self.events is not None and config is not None:
+                self.events.publish(ModelLoadStartedEvent(config=config, submodel_type=component))
             with _files_of(record):
-                return load_component(self._probe(record), component, device="cpu", dtype=self.dtype)
+                loaded = load_component(self._probe(record), component, device="cpu", dtype=self.dtype)
+            if self.events is not None and config is not None:
+                self.events.publish(ModelLoadCompleteEvent(config=config, submodel_type=component))
+            return loaded
 
         return load
 

@@ -6,6 +6,7 @@ Nodes name a model with a `ModelIdentifier` (its key or its name); the model man
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal
 
@@ -25,7 +26,9 @@ MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,99}$"
 _NAME_RE = re.compile(MODEL_NAME_PATTERN)
 
 # Fields a record may change after install; the rest describe the files and change only by reinstalling.
-MUTABLE_FIELDS = frozenset({"name", "description"})
+MUTABLE_FIELDS = frozenset({"name", "description", "trigger_phrases", "default_settings"})
+# Stored as JSON text (migration 7).
+_JSON_FIELDS = ("trigger_phrases", "default_settings")
 
 
 class ModelIdentifier(BaseModel):
@@ -82,6 +85,13 @@ class ModelRecord(BaseModel):
     config_variant: str | None = Field(
         default=None, description="The shipped config a single file loads with; null for a diffusers folder."
     )
+    source_type: Literal["path", "url", "hf_repo_id"] = Field(
+        default="path", description="What `source` is, in InvokeAI's words: a path on the server (so far the only one)."
+    )
+    trigger_phrases: list[str] | None = Field(default=None, description="Phrases that bring out what it was tuned on.")
+    default_settings: dict[str, Any] | None = Field(
+        default=None, description="Settings the user gave it (InvokeAI's MainModelDefaultSettings); null: none."
+    )
 
 
 class ModelNotFoundError(KeyError):
@@ -114,7 +124,19 @@ _COLUMNS = tuple(ModelRecord.model_fields)
 
 
 def _record(row: Row) -> ModelRecord:
-    return ModelRecord(**{column: row[column] for column in _COLUMNS})
+    values = {column: row[column] for column in _COLUMNS}
+    for field in _JSON_FIELDS:
+        if values[field] is not None:
+            values[field] = json.loads(values[field])
+    return ModelRecord(**values)
+
+
+def _stored(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` as the columns hold them: the JSON fields as text."""
+    return {
+        field: json.dumps(value) if field in _JSON_FIELDS and value is not None else value
+        for field, value in values.items()
+    }
 
 
 class ModelRecordService:
@@ -125,7 +147,7 @@ class ModelRecordService:
         """Store `record`. owned: its files were put there by the server, and `delete` removes them."""
         check_model_name(record.name)
         now = now_iso()
-        values = {**record.model_dump(), "owned": int(owned), "created_at": now, "updated_at": now}
+        values = {**_stored(record.model_dump()), "owned": int(owned), "created_at": now, "updated_at": now}
         columns = ", ".join(values)
         marks = ", ".join(f":{column}" for column in values)
         try:
@@ -176,7 +198,8 @@ class ModelRecordService:
         return bool(rows[0]["owned"])
 
     def update(self, key: str, changes: dict[str, Any]) -> ModelRecord:
-        """Change the name and/or description; other fields describe the files and cannot change."""
+        """Change the name, description, trigger phrases or default settings; other fields describe the files and
+        cannot change."""
         unknown = set(changes) - MUTABLE_FIELDS
         if unknown:
             raise ValueError(f"cannot change {', '.join(sorted(unknown))}: only {', '.join(sorted(MUTABLE_FIELDS))}")
@@ -192,7 +215,7 @@ class ModelRecordService:
             try:
                 cursor.execute(
                     f"UPDATE models SET {assignments}, updated_at = :updated_at WHERE key = :key",
-                    {**changes, "updated_at": now_iso(), "key": key},
+                    {**_stored(changes), "updated_at": now_iso(), "key": key},
                 )
             except IntegrityError:
                 raise DuplicateModelNameError(f"a model named {changes['name']!r} already exists") from None

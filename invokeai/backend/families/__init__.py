@@ -9,7 +9,16 @@ descriptor, so an eager import here would make each family import the registry, 
 from importlib import import_module
 from typing import Any
 
-from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule, GraphFacts
+from invokeai.backend.families.family import (
+    Constants,
+    DemoModel,
+    Family,
+    FileRule,
+    GraphFacts,
+    InvokeAIFacts,
+    ModelOnDisk,
+    RecordFacts,
+)
 
 _REGISTRY_NAMES = frozenset(
     {"FAMILIES", "config_variant", "family_for_pipeline", "family_names", "get_family", "pipeline_classes"}
@@ -22,6 +31,9 @@ __all__ = [
     "Family",
     "FileRule",
     "GraphFacts",
+    "InvokeAIFacts",
+    "ModelOnDisk",
+    "RecordFacts",
     "config_variant",
     "family_for_pipeline",
     "family_names",

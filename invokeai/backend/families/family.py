@@ -124,6 +124,47 @@ class GraphFacts:
 
 
 @dataclass(frozen=True)
+class RecordFacts:
+    """What InvokeAI's model records say of one model beyond what its files' layout says: its `variant` (InvokeAI's
+    value for the family: "normal", "dev", "turbo" ...), the scheduler's `prediction_type` where the family's
+    records carry one, and the `default_settings` InvokeAI's probe gives it (MainModelDefaultSettings fields)."""
+
+    variant: str | None = None
+    prediction_type: str | None = None
+    default_settings: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ModelOnDisk:
+    """One model as a family's `describe` sees it: `read(part)` gives a config of it ({} where it has none): a
+    component's config.json, "scheduler" its scheduler_config.json, "model_index" its model_index.json (a single
+    file's: those of its shipped config); `type` is the record's type ("main" or the one component's FileRule.type),
+    `name` its file or folder name, `single_file` whether it is one file."""
+
+    read: Callable[[str], Mapping[str, Any]]
+    type: str
+    name: str
+    single_file: bool
+
+
+def _no_facts(model: ModelOnDisk) -> RecordFacts:
+    return RecordFacts()
+
+
+@dataclass(frozen=True)
+class InvokeAIFacts:
+    """How InvokeAI 6.14.2's model records (GET /api/v2/models/) describe the family's models.
+
+    `base` is InvokeAI's BaseModelType value for the family ("sd-1", "flux", "z-image" ...), or, for a family
+    InvokeAI has no base for, this server's own value. `describe(model)` works out a model's RecordFacts from its
+    configs, as InvokeAI's probe does.
+    """
+
+    base: str
+    describe: Callable[[ModelOnDisk], RecordFacts] = _no_facts
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family.
 
@@ -143,6 +184,7 @@ class Family:
     config as the pipeline's `__init__` does (legacy values it corrects; the loader applies it to whatever it loads
     for the component, so its nodes and schedulers see the config the pipeline runs); `pipeline_options` maps each
     model_index.json key the family's nodes honour to the pipeline's default for a model whose file has none.
+    `invokeai` says how InvokeAI's records describe the family's models: their base, variant and defaults.
     """
 
     name: str
@@ -167,6 +209,8 @@ class Family:
     checked_configs: tuple[str, ...] = field(default=())
     config_rewrites: Mapping[str, ConfigRewrite] = field(default_factory=dict)
     pipeline_options: Mapping[str, Any] = field(default_factory=dict)
+    # Keyword-only so that it can follow the defaults and still be required: every family names its base.
+    invokeai: InvokeAIFacts = field(kw_only=True)
 
     def options_in(self, model_index: Mapping[str, Any]) -> dict[str, Any]:
         """The `pipeline_options` a parsed model_index.json gives, the pipeline's defaults for those it lacks."""

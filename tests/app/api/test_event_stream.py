@@ -122,16 +122,17 @@ def test_closing_the_bus_ends_the_stream(served: Served) -> None:
 
 
 def test_a_stream_can_name_the_events_it_takes(served: Served) -> None:
-    from invokeai.app.services.events import ModelInstallCompleteEvent
+    from invokeai.app.services.events import ModelInstallCancelledEvent
+    from invokeai.app.services.model_install_jobs import LocalModelSource
 
-    installed = ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1)
-    params = {"event": ["model_install_complete", "queue_item_status_changed"]}
+    installed = ModelInstallCancelledEvent(id=1, source=LocalModelSource(path="/m"))
+    params = {"event": ["model_install_cancelled", "queue_item_status_changed"]}
     with httpx.Client(base_url=served.base, timeout=10) as client, client.stream("GET", STREAM, params=params) as named:
         assert named.status_code == 200
         served.bus.publish(enqueued(1))  # not named: not sent
         served.bus.publish(installed)
         lines = named.iter_lines()
-        assert [next(lines), next(lines)] == ["event: model_install_complete", f"data: {installed.model_dump_json()}"]
+        assert [next(lines), next(lines)] == ["event: model_install_cancelled", f"data: {installed.model_dump_json()}"]
 
 
 def test_an_unknown_event_name_is_refused_naming_the_parameter_and_the_names(served: Served) -> None:

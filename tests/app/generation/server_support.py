@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,23 @@ def image_of(client: httpx.Client, item: dict[str, Any], node: str = "decode") -
     with Image.open(io.BytesIO(client.get(f"/api/v1/images/i/{name}/full").content)) as png:
         assert png.format == "PNG"
         return png.convert("RGB")
+
+
+def install_model(client: httpx.Client, source: Path, name: str, timeout: float = 120) -> dict[str, Any]:
+    """Install a model as InvokeAI's clients do (POST install?source=, then follow the job): its record."""
+    response = client.post("/api/v2/models/install", params={"source": str(source)}, json={"name": name})
+    assert response.status_code == 201, response.text
+    deadline = time.monotonic() + timeout
+    while (job := client.get(f"/api/v2/models/install/{response.json()['id']}").json())["status"] not in (
+        "completed",
+        "error",
+        "cancelled",
+    ):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)
+    assert job["status"] == "completed", job
+    record: dict[str, Any] = job["config_out"]
+    return record
 
 
 def models(client: httpx.Client) -> dict[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
-from server_support import QUEUE, cancel_mid_denoise, example, image_of, max_diff, models, run
+from server_support import QUEUE, cancel_mid_denoise, example, image_of, install_model, max_diff, models, run
 
 EXAMPLES = ("flux_text_to_image", "flux_gguf_text_to_image")
 
@@ -37,11 +37,15 @@ def test_the_demo_models_are_installed_as_flux(client: httpx.Client) -> None:
         "type": "main",
         "format": "diffusers",
     }
-    assert {k: installed["demo-flux-gguf"][k] for k in ("family", "type", "format", "config_variant")} == {
+    # InvokeAI's words: a lone transformer is a main model (without the pipeline's other parts), GGUF quantized.
+    keys = ("family", "base", "type", "format", "config_variant", "pipeline")
+    assert {k: installed["demo-flux-gguf"][k] for k in keys} == {
         "family": "flux",
-        "type": "transformer",
-        "format": "gguf",
+        "base": "flux",
+        "type": "main",
+        "format": "gguf_quantized",
         "config_variant": "flux-demo",
+        "pipeline": False,
     }
 
 
@@ -291,20 +295,18 @@ def bfl_checkpoint(client: httpx.Client, tmp_path_factory: pytest.TempPathFactor
     folder = Path(models(client)["demo-flux"]["path"]) / "transformer"
     path = tmp_path_factory.mktemp("bfl") / "flux-demo-bfl.safetensors"
     layout.write_bfl_safetensors(FluxTransformer2DModel.from_pretrained(folder), path, prefix=layout.PREFIX)
-    response = client.post("/api/v2/models/install", json={"source": str(path), "name": "flux-bfl"})
-    assert response.status_code == 201, response.text
-    record: dict[str, Any] = response.json()
-    return record
+    return install_model(client, path, "flux-bfl")
 
 
 def test_a_bfl_single_file_installs_and_makes_demo_flux_s_image(
     client: httpx.Client, bfl_checkpoint: dict[str, Any], stock_pipe: Any
 ) -> None:
-    assert {k: bfl_checkpoint[k] for k in ("family", "type", "format", "config_variant")} == {
+    assert {k: bfl_checkpoint[k] for k in ("family", "type", "format", "config_variant", "pipeline")} == {
         "family": "flux",
-        "type": "transformer",
+        "type": "main",
         "format": "checkpoint",
         "config_variant": "flux-demo",
+        "pipeline": False,
     }
     body = copy.deepcopy(example("flux_text_to_image"))
     # The loader names the lone transformer; its pair provides the encoders and VAE.
@@ -321,9 +323,8 @@ def test_a_gguf_installed_through_the_api_runs_close_to_the_full_precision_image
 
     path = tmp_path / "flux-q8.gguf"
     demo.build_gguf(path)
-    response = client.post("/api/v2/models/install", json={"source": str(path), "name": "flux-q8"})
-    assert response.status_code == 201, response.text
-    assert (response.json()["format"], response.json()["type"]) == ("gguf", "transformer")
+    record = install_model(client, path, "flux-q8")
+    assert (record["format"], record["type"], record["pipeline"]) == ("gguf_quantized", "main", False)
     body = copy.deepcopy(example("flux_gguf_text_to_image"))
     body["batch"]["graph"]["nodes"]["loader"]["model"] = {"name": "flux-q8"}
     item, _ = run(client, body)

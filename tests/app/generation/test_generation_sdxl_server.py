@@ -18,7 +18,7 @@ import pytest
 import torch
 from httpx_sse import connect_sse
 from PIL import Image
-from server_support import FINISHED, QUEUE, enqueue, example, item_of
+from server_support import FINISHED, QUEUE, enqueue, example, install_model, item_of
 
 T2I, I2I = "sdxl_text_to_image", "sdxl_image_to_image"
 
@@ -172,9 +172,7 @@ def test_the_fp16_single_file_installs_and_generates_the_pipelines_image(
     file = pipeline_to_checkpoint(
         Path(records["demo-sdxl"]["path"]), tmp_path / "sdxl-demo-fp16.safetensors", dtype=torch.float16
     )
-    response = client.post("/api/v2/models/install", json={"source": str(file), "name": "sdxl-file"})
-    assert response.status_code == 201, response.text
-    record = response.json()
+    record = install_model(client, file, "sdxl-file")
     assert (record["family"], record["type"], record["format"], record["config_variant"]) == (
         "sdxl",
         "main",

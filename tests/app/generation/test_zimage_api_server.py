@@ -18,7 +18,17 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
-from server_support import FINISHED, QUEUE, cancel_mid_denoise, example, image_of, max_diff, models, run
+from server_support import (
+    FINISHED,
+    QUEUE,
+    cancel_mid_denoise,
+    example,
+    image_of,
+    install_model,
+    max_diff,
+    models,
+    run,
+)
 
 EXAMPLES = ("z_image_text_to_image", "z_image_gguf_text_to_image", "z_image_image_to_image")
 LONG_PROMPT = "a lighthouse on a rocky cliff at sunset, oil painting, " * 60
@@ -78,10 +88,12 @@ def test_the_demo_models_are_installed_as_z_image(client: httpx.Client) -> None:
         "type": "main",
         "format": "diffusers",
     }
-    assert {k: installed["demo-zimage-gguf"][k] for k in ("family", "type", "format")} == {
+    assert {k: installed["demo-zimage-gguf"][k] for k in ("family", "base", "type", "format", "pipeline")} == {
         "family": "z-image",
-        "type": "transformer",
-        "format": "gguf",
+        "base": "z-image",
+        "type": "main",
+        "format": "gguf_quantized",
+        "pipeline": False,
     }
 
 
@@ -190,12 +202,12 @@ def test_a_comfyui_single_file_transformer_runs_as_demo_zimage(
     folder = Path(models(client)["demo-zimage"]["path"]) / "transformer"
     path = tmp_path / "z-image-demo-comfy.safetensors"
     layout.write_original_safetensors(ZImageTransformer2DModel.from_pretrained(folder), path, prefix=layout.PREFIX)
-    response = client.post("/api/v2/models/install", json={"source": str(path), "name": "zimage-comfy"})
-    assert response.status_code == 201, response.text
-    assert {k: response.json()[k] for k in ("family", "type", "format")} == {
+    record = install_model(client, path, "zimage-comfy")
+    assert {k: record[k] for k in ("family", "type", "format", "pipeline")} == {
         "family": "z-image",
-        "type": "transformer",
+        "type": "main",
         "format": "checkpoint",
+        "pipeline": False,
     }
     body = copy.deepcopy(example("z_image_text_to_image"))
     loader = body["batch"]["graph"]["nodes"]["loader"]
@@ -228,17 +240,16 @@ def test_comfyuis_three_split_files_run_as_demo_zimage(client: httpx.Client, sto
     layout.write_comfyui_text_encoder(encoder, files["zimage-split-qwen3"])
     flux_layout.write_original_vae(AutoencoderKL.from_pretrained(folder, subfolder="vae"), files["zimage-split-ae"])
     expected = {
-        "zimage-split-model": ("z-image", "transformer", "checkpoint", "zimage-demo"),
+        "zimage-split-model": ("z-image", "main", "checkpoint", "zimage-demo"),
         "zimage-split-qwen3": ("z-image", "qwen3_encoder", "checkpoint", "zimage-demo"),
         "zimage-split-ae": ("flux", "vae", "checkpoint", "flux-demo"),
     }
     for name, path in files.items():
-        response = client.post("/api/v2/models/install", json={"source": str(path), "name": name})
-        assert response.status_code == 201, response.text
+        install_model(client, path, name)
     installed = models(client)
     for name, kind in expected.items():
         assert tuple(installed[name][k] for k in ("family", "type", "format", "config_variant")) == kind, name
-    listed = client.get("/api/v2/models/", params={"type": "qwen3_encoder"}).json()["models"]
+    listed = client.get("/api/v2/models/", params={"model_type": "qwen3_encoder"}).json()["models"]
     assert [model["name"] for model in listed] == ["zimage-split-qwen3"]
     body = copy.deepcopy(example("z_image_text_to_image"))
     nodes = body["batch"]["graph"]["nodes"]

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from model_test_support import install
+from model_test_support import installed
 
 from invokeai.app.nodes.base import InvocationContext
 from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput
 from invokeai.app.services.container import Services
 from invokeai.app.services.model_manager import ModelManager
-from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError, ModelRecord
+from invokeai.app.services.model_records import ModelIdentifier, ModelNotFoundError
 from invokeai.backend.families.registry import FAMILIES
 
 
@@ -28,7 +28,7 @@ def services_of(client: TestClient) -> Services:
 def manager(client: TestClient, built_models: dict[str, Path]) -> ModelManager:
     # Every registered family's demo models (a family's companions are chosen among its own models only).
     for demo in (demo for family in FAMILIES for demo in family.demos):
-        assert install(client, built_models[demo.name], inplace=True).status_code == 201
+        installed(client, built_models[demo.name], inplace=True)
     return services_of(client).models
 
 
@@ -138,7 +138,7 @@ def test_a_published_config_pairs_with_a_saved_one_listing_every_default(
     from invokeai.backend.families import config_variant
 
     for name in ("demo-flux", "demo-flux-gguf"):
-        assert install(client, built_models[name], inplace=True).status_code == 201
+        installed(client, built_models[name], inplace=True)
     manager = services_of(client).models
     published = config_variant("flux").component_config("transformer")
     assert "axes_dims_rope" not in published
@@ -180,9 +180,7 @@ def test_a_lone_text_encoder_takes_the_tokenizer_of_a_pipeline_of_its_architectu
     layout.write_comfyui_text_encoder(
         Qwen3Model.from_pretrained(built_models["demo-zimage"], subfolder="text_encoder"), path
     )
-    response = install(client, path, name="qwen3-demo", inplace=True)
-    assert response.status_code == 201, response.text
-    encoder = ModelRecord(**response.json())
+    encoder = manager.records.get(installed(client, path, name="qwen3-demo", inplace=True)["key"])
     assert (encoder.family, encoder.type, encoder.format) == ("z-image", "qwen3_encoder", "checkpoint")
     assert manager.components(encoder) == ["text_encoder"]
     assert manager.companion(encoder, "tokenizer").name == "demo-zimage"
@@ -216,8 +214,8 @@ def test_deleting_a_model_drops_what_was_loaded(manager: ModelManager, client: T
     assert client.delete(f"/api/v2/models/i/{sd1.key}").status_code == 204
     # Its modules leave the cache at once (their RAM is freed now, not when they would be least recently used).
     assert [entry["key"] for entry in manager.cache.stats()["resident"]] == [f"{krea2.key}:vae"]
-    record = install(client, Path(sd1.path), inplace=True).json()
-    assert manager.load(ModelRecord(**record), "tokenizer") is not tokenizer
+    record = manager.records.get(installed(client, Path(sd1.path), inplace=True)["key"])
+    assert manager.load(record, "tokenizer") is not tokenizer
 
 
 def test_nodes_get_the_manager_and_the_tensor_store(
@@ -290,3 +288,21 @@ def test_a_model_larger_than_the_cache_is_loaded_once_per_node(
     assert loads == ["vae"]
     assert sum("does not fit in the model cache" in r.getMessage() for r in caplog.records) == 1
     assert manager.config(sd1, "vae")["latent_channels"] == vae.config.latent_channels
+
+
+def test_a_load_from_disk_is_announced_as_invokeai_does(manager: ModelManager, client: TestClient) -> None:
+    """model_load_started and model_load_complete, with the model's record and the component, when a component is
+    read from disk; not again while the cache holds it."""
+    from invokeai.app.services.events import EventBase
+
+    seen: list[EventBase] = []
+    client.app.state.events.add_listener(seen.append)  # type: ignore[attr-defined]
+    sd1 = manager.resolve(ModelIdentifier(name="demo-sd1"))
+    manager.load(sd1, "vae")
+    payloads = [event.model_dump(mode="json") for event in seen]
+    assert [event.event_name for event in seen] == ["model_load_started", "model_load_complete"]
+    record = client.get(f"/api/v2/models/i/{sd1.key}").json()
+    for payload in payloads:
+        assert (payload["config"], payload["submodel_type"], payload["user_id"]) == (record, "vae", "system")
+    manager.load(sd1, "vae")
+    assert len(seen) == 2

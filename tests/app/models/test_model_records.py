@@ -112,3 +112,14 @@ def test_identifier_names_a_model_by_key_else_by_name() -> None:
     assert ModelIdentifier.model_validate(invokeai).token == "key:k"
     with pytest.raises(ValidationError, match="neither is given"):
         ModelIdentifier.model_validate({"hash": "blake3:00", "base": "sd-1"})
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_trigger_phrases_default_settings_and_source_type_are_kept(records: ModelRecordService) -> None:
+    added = records.add(
+        record("k1", "tuned").model_copy(update={"trigger_phrases": ["sks", "é ☃"], "default_settings": {"steps": 8}})
+    )
+    assert records.get("k1") == added and added.source_type == "path"
+    changed = records.update("k1", {"trigger_phrases": None, "default_settings": {"width": 768, "cfg_scale": 5.5}})
+    assert (changed.trigger_phrases, changed.default_settings) == (None, {"width": 768, "cfg_scale": 5.5})
+    assert records.get("k1") == changed

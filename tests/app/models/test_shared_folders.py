@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from model_test_support import install
+from model_test_support import installed
 from wait_support import wait_until
 
 from invokeai.app.services.model_manager import ModelFilesMissingError
@@ -83,7 +83,7 @@ def test_a_model_this_host_cannot_see_fails_its_item_naming_the_host_and_path(
     make_app_client: Callable[..., TestClient], sd1_copy: Path
 ) -> None:
     client = make_app_client(run_processor=True)
-    assert install(client, sd1_copy, inplace=True).status_code == 201
+    installed(client, sd1_copy, inplace=True)
     sd1_copy.rename(sd1_copy.with_name("unmounted"))  # the record stays: as on a host without the shared folder
     item_id = client.post(f"{QUEUE}/enqueue_batch", json=SD_BODY).json()["item_ids"][0]
     item = wait_until(
@@ -99,7 +99,7 @@ def test_a_file_missing_inside_a_model_names_that_file(
     make_app_client: Callable[..., TestClient], sd1_copy: Path
 ) -> None:
     client = make_app_client()
-    assert install(client, sd1_copy, inplace=True).status_code == 201
+    installed(client, sd1_copy, inplace=True)
     manager = client.app.state.services.models  # type: ignore[attr-defined]
     record = manager.resolve(ModelIdentifier(name="demo-sd1"))
     (sd1_copy / "unet" / "config.json").unlink()

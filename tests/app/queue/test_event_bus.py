@@ -15,10 +15,11 @@ from invokeai.app.services.events import (
     EventBase,
     EventBus,
     EventName,
-    ModelInstallCompleteEvent,
+    ModelInstallCancelledEvent,
     QueueItemsCanceledEvent,
     QueueItemStatusChangedEvent,
 )
+from invokeai.app.services.model_install_jobs import LocalModelSource
 from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
 
@@ -124,11 +125,11 @@ def test_a_subscriber_whose_loop_is_gone_is_dropped() -> None:
 def test_subscribers_and_listeners_that_name_events_get_only_those() -> None:
     bus = EventBus()
     heard: list[str] = []
-    bus.add_listener(lambda event: heard.append(event.event_name), frozenset({"model_install_complete"}))
-    installed = ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1)
+    bus.add_listener(lambda event: heard.append(event.event_name), frozenset({"model_install_cancelled"}))
+    installed = ModelInstallCancelledEvent(id=1, source=LocalModelSource(path="/m"))
 
     async def scenario() -> tuple[list[EventBase | None], list[EventBase | None]]:
-        named = bus.subscribe("q", frozenset({"model_install_complete"}))
+        named = bus.subscribe("q", frozenset({"model_install_cancelled"}))
         every = bus.subscribe("q")
         bus.publish(enqueued("q", 1))
         bus.publish(installed)
@@ -136,8 +137,8 @@ def test_subscribers_and_listeners_that_name_events_get_only_those() -> None:
 
     named, every = asyncio.run(scenario())
     assert named == [installed]
-    assert [event.event_name for event in every] == ["batch_enqueued", "model_install_complete"]  # type: ignore[union-attr]
-    assert heard == ["model_install_complete"]
+    assert [event.event_name for event in every] == ["batch_enqueued", "model_install_cancelled"]  # type: ignore[union-attr]
+    assert heard == ["model_install_cancelled"]
 
 
 def test_is_wanted_says_whether_an_event_would_reach_anyone() -> None:

@@ -135,7 +135,7 @@ def test_each_real_familys_graph_is_built_from_its_entry(ui_server: UiServer, pa
     # Every family has a demo model, so every family is a group, in the endpoint's order.
     assert _picker_groups(page) == [f["label"] for f in families]
     for entry in families:
-        model = next(m["name"] for m in models if m["family"] == entry["name"] and m["type"] == "main")
+        model = next(m["name"] for m in models if m["family"] == entry["name"] and m["pipeline"])
         page.reload()
         select_model(page, model)
         guidance = page.get_by_role("spinbutton", name=entry["guidance"]["label"], exact=True)
@@ -200,7 +200,7 @@ def test_the_families_come_from_the_endpoint(ui_server: UiServer, page: Page, tm
     real = api(ui_server.base, "/api/v1/app/families")
     answer = [*reversed(real), LOADER_FAMILY]
     models = api(ui_server.base, "/api/v2/models/")
-    template = next(m for m in models["models"] if m["type"] == "main")
+    template = next(m for m in models["models"] if m["pipeline"])
     fake = {**template, "key": "ui-test-loader-key", "name": LOADER_MODEL, "family": LOADER_FAMILY["name"]}
     # A model of a family the answer does not list is not offered.
     stray = {**template, "key": "ui-test-stray-key", "name": "ui-test-stray-model", "family": "ui-test-unlisted"}

@@ -20,6 +20,8 @@ FAMILY_DIRS = sorted(path.parent for path in (REPO / "invokeai/backend/families"
 # Modules outside the family folders that must name families, each with why.
 NAMES_FAMILIES = {
     "invokeai/backend/families/registry.py": "the registry: it imports each family's descriptor, one line a family",
+    "invokeai/app/services/invokeai_taxonomy.py": "InvokeAI's own enums (BaseModelType, ModelType, ModelFormat), "
+    "which its clients send whether or not a family here has the value; families' bases come from descriptors",
 }
 
 

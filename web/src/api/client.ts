@@ -2,7 +2,8 @@ import createClient, { type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema";
 
 export type Schemas = components["schemas"];
-export type ModelRecord = Schemas["ModelRecord"];
+export type ModelRecord = Schemas["ModelConfig"];
+export type InstallJob = Schemas["ModelInstallJob"];
 // InvokeAI's ImageDTO: the record with its URLs and board (this page reads the record's fields).
 export type ImageRecord = Schemas["ImageDTO"];
 export type QueueItem = Schemas["SessionQueueItem"];

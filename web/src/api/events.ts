@@ -15,9 +15,13 @@ export interface EventMap {
   invocation_progress: S["InvocationProgressEvent"];
   invocation_complete: S["InvocationCompleteEvent"];
   invocation_error: S["InvocationErrorEvent"];
+  model_install_started: S["ModelInstallStartedEvent"];
   model_install_progress: S["ModelInstallProgressEvent"];
   model_install_complete: S["ModelInstallCompleteEvent"];
   model_install_error: S["ModelInstallErrorEvent"];
+  model_install_cancelled: S["ModelInstallCancelledEvent"];
+  model_load_started: S["ModelLoadStartedEvent"];
+  model_load_complete: S["ModelLoadCompleteEvent"];
 }
 
 export type EventName = keyof EventMap;

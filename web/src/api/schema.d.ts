@@ -1426,9 +1426,51 @@ export interface paths {
         };
         /**
          * List Models
-         * @description Installed models, by name.
+         * @description Installed models, by name; the filters given all apply.
          */
-        get: operations["list_models"];
+        get: operations["list_model_records"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/models/get_by_attrs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Model By Attrs
+         * @description The model of that name, type and base.
+         */
+        get: operations["get_model_records_by_attrs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/models/scan_folder": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Scan For Models
+         * @description The models under the folder that install could take (pipeline folders with a model_index.json, .safetensors
+         *     and .gguf files; not probed), each saying whether a record has its path. Hidden folders are skipped and links are
+         *     not followed.
+         */
+        get: operations["scan_for_models"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1457,7 +1499,8 @@ export interface paths {
         head?: never;
         /**
          * Update Model
-         * @description Rename or describe a model; fields left out of the body keep their value.
+         * @description Rename or describe a model, or set its trigger phrases or default settings; fields left out keep their value.
+         *     base, type, format, variant and prediction_type are what the files say: given, they must be the same.
          */
         patch: operations["update_model_record"];
         trace?: never;
@@ -1469,16 +1512,42 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List Model Installs
+         * @description This server's install jobs since it started, oldest first: the unfinished ones and the latest finished ones.
+         */
+        get: operations["list_model_installs"];
         put?: never;
         /**
          * Install Model
-         * @description Probe the source, copy it under models_dir/<family>/ (or record it in place), hash it (hash_models), and
-         *     record it. Progress goes out as model_install_* events on every queue's event stream. A refused or failed
-         *     install leaves no record and no files.
+         * @description Check and probe the source, then install it in the background: copied under models_dir/<family>/ (or recorded
+         *     in place), hashed (hash_models) and recorded. Answers at once with the job (waiting); GET install/{id} follows
+         *     it, and model_install_* events report it on every queue's event stream. What cannot be installed is refused
+         *     here, before any job; a failed or cancelled job leaves no record and no files.
          */
         post: operations["install_model"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/models/install/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Model Install Job */
+        get: operations["get_model_install_job"];
+        put?: never;
+        post?: never;
+        /**
+         * Cancel Model Install Job
+         * @description Cancel a waiting or running install; a finished job is left as it is.
+         */
+        delete: operations["cancel_model_install_job"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2847,6 +2916,19 @@ export interface components {
             /** @description The VAE (flux_model_loader) */
             vae?: components["schemas"]["VAEField"];
         };
+        /** FoundModel */
+        FoundModel: {
+            /**
+             * Path
+             * @description Path of a model folder or file found.
+             */
+            path: string;
+            /**
+             * Is Installed
+             * @description Whether a model record has that path.
+             */
+            is_installed: boolean;
+        };
         /** GalleryItemNames */
         GalleryItemNames: {
             /**
@@ -3239,6 +3321,12 @@ export interface components {
              */
             thumbnail_url: string;
         };
+        /**
+         * InstallStatus
+         * @description InvokeAI's install states; a local install goes waiting -> running -> completed, error or cancelled.
+         * @enum {string}
+         */
+        InstallStatus: "waiting" | "downloading" | "downloads_done" | "running" | "paused" | "completed" | "error" | "cancelled";
         /**
          * IntegerInvocation
          * @description An integer value.
@@ -3740,17 +3828,235 @@ export interface components {
             input: string;
         };
         /**
+         * LocalModelSource
+         * @description A file or folder on the server (InvokeAI's LocalModelSource; its other kinds, a URL and a Hugging Face repo,
+         *     are not installed here yet).
+         */
+        LocalModelSource: {
+            /**
+             * Path
+             * @description Absolute path on the server.
+             */
+            path: string;
+            /**
+             * Inplace
+             * @description Record the model where it is instead of copying it.
+             * @default false
+             */
+            inplace: boolean | null;
+            /**
+             * Type
+             * @default local
+             * @constant
+             */
+            type: "local";
+        };
+        /**
          * LogLevel
          * @description InvokeAI's log levels: Python's numbers.
          * @enum {integer}
          */
         LogLevel: 0 | 10 | 20 | 30 | 40 | 50;
         /**
+         * MainModelDefaultSettings
+         * @description InvokeAI's default settings of a main model: what its UI fills in when the model is picked.
+         */
+        MainModelDefaultSettings: {
+            /**
+             * Vae
+             * @description Default VAE for this model (model key)
+             */
+            vae?: string | null;
+            /**
+             * Vae Precision
+             * @description Default VAE precision
+             */
+            vae_precision?: ("fp16" | "fp32") | null;
+            /**
+             * Scheduler
+             * @description Default scheduler for this model
+             */
+            scheduler?: string | null;
+            /**
+             * Steps
+             * @description Default number of steps
+             */
+            steps?: number | null;
+            /**
+             * Cfg Scale
+             * @description Default CFG scale
+             */
+            cfg_scale?: number | null;
+            /**
+             * Cfg Rescale Multiplier
+             * @description Default CFG rescale
+             */
+            cfg_rescale_multiplier?: number | null;
+            /**
+             * Width
+             * @description Default width
+             */
+            width?: number | null;
+            /**
+             * Height
+             * @description Default height
+             */
+            height?: number | null;
+            /**
+             * Guidance
+             * @description Default guidance
+             */
+            guidance?: number | null;
+            /**
+             * Cpu Only
+             * @description Whether this model should run on the CPU only
+             */
+            cpu_only?: boolean | null;
+            /**
+             * Fp8 Storage
+             * @description Store weights in FP8 (not done here)
+             */
+            fp8_storage?: boolean | null;
+        };
+        /**
          * MetadataField
          * @description InvokeAI's free-form metadata (core_metadata's output): written into an image's invokeai_metadata chunk.
          */
         MetadataField: {
             [key: string]: components["schemas"]["JsonValue"];
+        };
+        /**
+         * ModelConfig
+         * @description One installed model, in InvokeAI's fields (its AnyModelConfig) and this server's.
+         */
+        ModelConfig: {
+            /**
+             * Key
+             * @description Unique, made by the server at install.
+             */
+            key: string;
+            /**
+             * Hash
+             * @description sha256:<hex> of the files; empty when hash_models is off.
+             */
+            hash: string;
+            /**
+             * Path
+             * @description Where the model is on the server's disk.
+             */
+            path: string;
+            /**
+             * File Size
+             * @description Bytes on disk.
+             */
+            file_size: number;
+            /**
+             * Name
+             * @description Unique (case-insensitively); graphs may name the model by it.
+             */
+            name: string;
+            /**
+             * Description
+             * @description What the model is.
+             */
+            description: string | null;
+            /**
+             * Source
+             * @description What it was installed from: a path on the server.
+             */
+            source: string;
+            /**
+             * Source Type
+             * @description What `source` is.
+             * @enum {string}
+             */
+            source_type: "path" | "url" | "hf_repo_id";
+            /**
+             * Source Api Response
+             * @description Always null here (no remote sources yet).
+             */
+            source_api_response?: string | null;
+            /**
+             * Source Url
+             * @description Always null here (no remote sources yet).
+             */
+            source_url?: string | null;
+            /**
+             * Cover Image
+             * @description Always null here (no cover images).
+             */
+            cover_image?: string | null;
+            /**
+             * Type
+             * @description InvokeAI's model type: main (a pipeline, or a transformer alone), vae, qwen3_encoder ...
+             * @enum {string}
+             */
+            type: "onnx" | "main" | "vae" | "lora" | "control_lora" | "controlnet" | "embedding" | "ip_adapter" | "clip_vision" | "clip_embed" | "t2i_adapter" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "spandrel_image_to_image" | "siglip" | "flux_redux" | "llava_onevision" | "prompt_enhancer" | "text_llm" | "external_image_generator" | "pid_decoder" | "unknown";
+            /**
+             * Format
+             * @description InvokeAI's format: diffusers (a pipeline folder), checkpoint (one safetensors), gguf_quantized.
+             * @enum {string}
+             */
+            format: "omi" | "diffusers" | "checkpoint" | "lycoris" | "onnx" | "olive" | "embedding_file" | "embedding_folder" | "invokeai" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "bnb_quantized_int8b" | "bnb_quantized_nf4b" | "gguf_quantized" | "external_api" | "sdnq_quantized" | "unknown";
+            /**
+             * Base
+             * @description InvokeAI's base architecture: the family's (its BaseModelType value, docs/families.md).
+             * @enum {string}
+             */
+            base: "any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown";
+            /**
+             * Variant
+             * @description InvokeAI's variant of the base, as its probe reads the model's configs (normal, inpaint, dev, schnell, turbo ...); null where InvokeAI's record has none.
+             */
+            variant: string | null;
+            /**
+             * Prediction Type
+             * @description What the UNet predicts (epsilon, v_prediction), for SD models; null for the others.
+             */
+            prediction_type: string | null;
+            /**
+             * Repo Variant
+             * @description "" for a diffusers folder (its default weights); null otherwise.
+             */
+            repo_variant: string | null;
+            /**
+             * Config Path
+             * @description Always null: see config_variant.
+             */
+            config_path?: string | null;
+            /**
+             * Cpu Only
+             * @description Always null here.
+             */
+            cpu_only?: boolean | null;
+            /**
+             * Trigger Phrases
+             * @description Phrases that bring out what the model was tuned on.
+             */
+            trigger_phrases: string[] | null;
+            /** @description The settings the user gave the model, else those InvokeAI gives its base and variant. */
+            default_settings: components["schemas"]["MainModelDefaultSettings"] | null;
+            /**
+             * Family
+             * @description This server's model family: which nodes can use it.
+             * @enum {string}
+             */
+            family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image";
+            /**
+             * Size
+             * @description Bytes on disk (as file_size).
+             */
+            size: number;
+            /**
+             * Config Variant
+             * @description The shipped config a single file loads with; null for a diffusers folder.
+             */
+            config_variant: string | null;
+            /**
+             * Pipeline
+             * @description true: a whole pipeline. false: one component's file (a transformer, VAE or text encoder), used with the text encoders and VAE of an installed pipeline of its family.
+             */
+            pipeline: boolean;
         };
         /**
          * ModelIdentifier
@@ -3791,8 +4097,32 @@ export interface components {
             submodel_type?: string | null;
         };
         /**
+         * ModelInstallCancelledEvent
+         * @description An install job was cancelled; nothing of it was kept.
+         */
+        ModelInstallCancelledEvent: {
+            /**
+             * Timestamp
+             * Format: date-time
+             * @description When the server sent the event (UTC).
+             */
+            timestamp?: string;
+            /**
+             * Queue Id
+             * @description Always null: a model event is sent on every queue's stream.
+             */
+            queue_id?: string | null;
+            /**
+             * Id
+             * @description The install job's id (GET /api/v2/models/install/{id}).
+             */
+            id: number;
+            /** @description What is installed. */
+            source: components["schemas"]["LocalModelSource"];
+        };
+        /**
          * ModelInstallCompleteEvent
-         * @description A model was installed; `key` names its record.
+         * @description A model was installed; `key` names its record and `config` is the record.
          */
         ModelInstallCompleteEvent: {
             /**
@@ -3807,23 +4137,28 @@ export interface components {
              */
             queue_id?: string | null;
             /**
-             * Source
-             * @description The path the model is installed from.
+             * Id
+             * @description The install job's id (GET /api/v2/models/install/{id}).
              */
-            source: string;
+            id: number;
+            /** @description What is installed. */
+            source: components["schemas"]["LocalModelSource"];
             /**
-             * Name
-             * @description The name the model is installed under.
+             * Key
+             * @description The model's key.
              */
-            name: string;
-            /** Key */
             key: string;
-            /** Total Bytes */
-            total_bytes: number;
+            /**
+             * Total Bytes
+             * @description Bytes of the model's files.
+             */
+            total_bytes: number | null;
+            /** @description The installed model's record. */
+            config: components["schemas"]["ModelConfig"];
         };
         /**
          * ModelInstallErrorEvent
-         * @description A model install failed; nothing of it was kept.
+         * @description An install failed; nothing of it was kept.
          */
         ModelInstallErrorEvent: {
             /**
@@ -3838,26 +4173,99 @@ export interface components {
              */
             queue_id?: string | null;
             /**
-             * Source
-             * @description The path the model is installed from.
+             * Id
+             * @description The install job's id (GET /api/v2/models/install/{id}).
              */
-            source: string;
-            /**
-             * Name
-             * @description The name the model is installed under.
-             */
-            name: string;
+            id: number;
+            /** @description What is installed. */
+            source: components["schemas"]["LocalModelSource"];
             /**
              * Error Type
              * @description The exception's class name.
              */
             error_type: string;
-            /** Error Message */
-            error_message: string;
+            /**
+             * Error
+             * @description What went wrong.
+             */
+            error: string;
+        };
+        /**
+         * ModelInstallJob
+         * @description One install, as InvokeAI reports it.
+         */
+        ModelInstallJob: {
+            /**
+             * Id
+             * @description Unique (in this server's run) id of the job.
+             */
+            id: number;
+            /**
+             * @description Where the install is.
+             * @default waiting
+             */
+            status: components["schemas"]["InstallStatus"];
+            /**
+             * Error Reason
+             * @description The exception's class name, on an error.
+             */
+            error_reason?: string | null;
+            /** @description The record fields the request gave (name, description ...). */
+            config_in?: components["schemas"]["ModelRecordChanges"];
+            /** @description The installed model's record, once completed. */
+            config_out?: components["schemas"]["ModelConfig"] | null;
+            /**
+             * Inplace
+             * @description Whether the model is recorded where it is (not copied).
+             * @default false
+             */
+            inplace: boolean;
+            /** @description What is installed. */
+            source: components["schemas"]["LocalModelSource"];
+            /**
+             * Local Path
+             * @description Where the model's files are read from (the source path, for a local one).
+             */
+            local_path: string;
+            /**
+             * Bytes
+             * @description Bytes copied (or hashed, in place) so far.
+             * @default 0
+             */
+            bytes: number;
+            /**
+             * Total Bytes
+             * @description Bytes of the model's files (0 until probed).
+             * @default 0
+             */
+            total_bytes: number;
+            /**
+             * Source Metadata
+             * @description Always null (a local source has none).
+             */
+            source_metadata?: null;
+            /**
+             * Download Parts
+             * @description Always empty (a local source downloads nothing).
+             */
+            download_parts?: {
+                [key: string]: number | string;
+            }[];
+            /**
+             * Error
+             * @description On an error, what went wrong.
+             */
+            error?: string | null;
+            /**
+             * Error Traceback
+             * @description On an error, the traceback.
+             */
+            error_traceback?: string | null;
         };
         /**
          * ModelInstallProgressEvent
-         * @description A model install copied (or hashed) some more bytes; sent at most twice a second, and at the start and end.
+         * @description An install copied (or hashed) some more bytes; sent at most twice a second, and at the start and end of the
+         *     files. This server's own event: InvokeAI reports progress only of downloads (model_install_download_progress).
          */
         ModelInstallProgressEvent: {
             /**
@@ -3872,115 +4280,157 @@ export interface components {
              */
             queue_id?: string | null;
             /**
-             * Source
-             * @description The path the model is installed from.
+             * Id
+             * @description The install job's id (GET /api/v2/models/install/{id}).
              */
-            source: string;
+            id: number;
+            /** @description What is installed. */
+            source: components["schemas"]["LocalModelSource"];
             /**
-             * Name
-             * @description The name the model is installed under.
+             * Bytes
+             * @description Bytes copied or hashed so far.
              */
-            name: string;
-            /** Bytes Done */
-            bytes_done: number;
-            /** Total Bytes */
+            bytes: number;
+            /**
+             * Total Bytes
+             * @description Bytes of the model's files.
+             */
             total_bytes: number;
         };
-        /** ModelInstallRequest */
-        ModelInstallRequest: {
+        /**
+         * ModelInstallStartedEvent
+         * @description An install job started: its source is being probed, then copied (or recorded in place) and hashed.
+         */
+        ModelInstallStartedEvent: {
             /**
-             * Source
-             * @description Absolute path, on the server, of a diffusers pipeline folder or a single file (.safetensors or .gguf) of a family the server runs (GET /api/v1/app/families; the formats each takes: docs/families.md).
+             * Timestamp
+             * Format: date-time
+             * @description When the server sent the event (UTC).
              */
-            source: string;
+            timestamp?: string;
             /**
-             * Inplace
-             * @description Record the model where it is instead of copying it under models_dir; deleting the model then leaves its files alone.
-             * @default false
+             * Queue Id
+             * @description Always null: a model event is sent on every queue's stream.
              */
-            inplace: boolean;
+            queue_id?: string | null;
             /**
-             * Name
-             * @description Unique name; default: the folder's name or the file's name without its suffix.
+             * Id
+             * @description The install job's id (GET /api/v2/models/install/{id}).
              */
-            name?: string | null;
-            /** Description */
-            description?: string | null;
+            id: number;
+            /** @description What is installed. */
+            source: components["schemas"]["LocalModelSource"];
         };
-        /** ModelRecord */
-        ModelRecord: {
+        /**
+         * ModelLoadCompleteEvent
+         * @description A model component was read from disk into the RAM cache.
+         */
+        ModelLoadCompleteEvent: {
             /**
-             * Key
-             * @description Unique, made by the server at install.
+             * Timestamp
+             * Format: date-time
+             * @description When the server sent the event (UTC).
              */
-            key: string;
+            timestamp?: string;
             /**
-             * Name
-             * @description Unique (case-insensitively); graphs may name the model by it.
+             * Queue Id
+             * @description Always null: a model event is sent on every queue's stream.
              */
-            name: string;
+            queue_id?: string | null;
+            /** @description The model's record. */
+            config: components["schemas"]["ModelConfig"];
             /**
-             * Family
-             * @description The model family: which nodes can use it.
-             * @enum {string}
+             * Submodel Type
+             * @description The component loaded (unet, transformer, text_encoder, vae ...).
              */
-            family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image";
+            submodel_type?: string | null;
             /**
-             * Type
-             * @description main (a whole pipeline), or the type of the one component a single file holds, in InvokeAI's words: transformer, vae, qwen3_encoder ...
+             * User Id
+             * @description Always system (this server has one user).
+             * @default system
              */
-            type: string;
-            /**
-             * Format
-             * @description diffusers (a pipeline folder), checkpoint (one safetensors), gguf.
-             * @enum {string}
-             */
-            format: "diffusers" | "checkpoint" | "gguf";
-            /**
-             * Path
-             * @description Where the model is on the server's disk.
-             */
-            path: string;
-            /**
-             * Size
-             * @description Bytes on disk.
-             */
-            size: number;
-            /**
-             * Hash
-             * @description sha256:<hex> of the files; null when hash_models is off.
-             */
-            hash: string | null;
-            /**
-             * Source
-             * @description The path it was installed from.
-             */
-            source: string;
-            /** Description */
-            description?: string | null;
-            /**
-             * Config Variant
-             * @description The shipped config a single file loads with; null for a diffusers folder.
-             */
-            config_variant?: string | null;
+            user_id: string;
         };
-        /** ModelRecordChanges */
+        /**
+         * ModelLoadStartedEvent
+         * @description A model component is being read from disk into the RAM cache (not sent when the cache has it already).
+         */
+        ModelLoadStartedEvent: {
+            /**
+             * Timestamp
+             * Format: date-time
+             * @description When the server sent the event (UTC).
+             */
+            timestamp?: string;
+            /**
+             * Queue Id
+             * @description Always null: a model event is sent on every queue's stream.
+             */
+            queue_id?: string | null;
+            /** @description The model's record. */
+            config: components["schemas"]["ModelConfig"];
+            /**
+             * Submodel Type
+             * @description The component loaded (unet, transformer, text_encoder, vae ...).
+             */
+            submodel_type?: string | null;
+            /**
+             * User Id
+             * @description Always system (this server has one user).
+             * @default system
+             */
+            user_id: string;
+        };
+        /**
+         * ModelRecordChanges
+         * @description InvokeAI's ModelRecordChanges, as far as this server takes it: the fields a user sets (name, description,
+         *     trigger phrases, default settings), and the ones the files decide (base, type, format, variant,
+         *     prediction_type), which are refused when they differ from what the files say. Others InvokeAI has (key, path,
+         *     hash, file_size, source ...) are refused: the server decides them.
+         */
         ModelRecordChanges: {
             /**
              * Name
-             * @description A new unique name (the files are not renamed).
+             * @description A unique name (the files are not renamed); at install: default the folder's or file's name.
              */
             name?: string;
             /**
              * Description
-             * @description A new description; null removes it.
+             * @description What the model is; null removes it.
              */
             description?: string | null;
-        };
-        /** ModelRecordList */
-        ModelRecordList: {
-            /** Models */
-            models: components["schemas"]["ModelRecord"][];
+            /**
+             * Trigger Phrases
+             * @description Phrases that bring out what it was tuned on.
+             */
+            trigger_phrases?: string[] | null;
+            /** @description Defaults for the UI; null: none. */
+            default_settings?: components["schemas"]["MainModelDefaultSettings"] | null;
+            /**
+             * Base
+             * @description Must be the family's base, if given.
+             */
+            base?: ("any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown") | null;
+            /**
+             * Type
+             * @description Must be what the files are, if given.
+             */
+            type?: ("onnx" | "main" | "vae" | "lora" | "control_lora" | "controlnet" | "embedding" | "ip_adapter" | "clip_vision" | "clip_embed" | "t2i_adapter" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "spandrel_image_to_image" | "siglip" | "flux_redux" | "llava_onevision" | "prompt_enhancer" | "text_llm" | "external_image_generator" | "pid_decoder" | "unknown") | null;
+            /**
+             * Format
+             * @description Must be the files' format, if given.
+             */
+            format?: ("omi" | "diffusers" | "checkpoint" | "lycoris" | "onnx" | "olive" | "embedding_file" | "embedding_folder" | "invokeai" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "bnb_quantized_int8b" | "bnb_quantized_nf4b" | "gguf_quantized" | "external_api" | "sdnq_quantized" | "unknown") | null;
+            /**
+             * Variant
+             * @description Must be what the configs say, if given.
+             */
+            variant?: string | null;
+            /**
+             * Prediction Type
+             * @description Must be what the scheduler says, if given.
+             */
+            prediction_type?: ("epsilon" | "v_prediction" | "sample") | null;
         };
         /** ModelRelationshipBatchRequest */
         ModelRelationshipBatchRequest: {
@@ -3989,6 +4439,11 @@ export interface components {
              * @description Models whose related models to list
              */
             model_keys: string[];
+        };
+        /** ModelsList */
+        ModelsList: {
+            /** Models */
+            models: components["schemas"]["ModelConfig"][];
         };
         /**
          * NodeFieldValue
@@ -7117,7 +7572,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only events of this name; repeat it for more than one. Without it, every event of the queue. A stream without invocation_progress also spares the server each denoise step's preview. */
-                event?: ("queue_item_status_changed" | "invocation_started" | "invocation_progress" | "invocation_complete" | "invocation_error" | "batch_enqueued" | "queue_items_canceled" | "queue_cleared" | "queue_pruned" | "queue_items_retried" | "model_install_progress" | "model_install_complete" | "model_install_error")[] | null;
+                event?: ("queue_item_status_changed" | "invocation_started" | "invocation_progress" | "invocation_complete" | "invocation_error" | "batch_enqueued" | "queue_items_canceled" | "queue_cleared" | "queue_pruned" | "queue_items_retried" | "model_install_progress" | "model_install_complete" | "model_install_error" | "model_install_started" | "model_install_cancelled" | "model_load_started" | "model_load_complete")[] | null;
             };
             header?: never;
             path: {
@@ -9441,13 +9896,19 @@ export interface operations {
             };
         };
     };
-    list_models: {
+    list_model_records: {
         parameters: {
             query?: {
-                /** @description Only models of this family. */
+                /** @description Only models of these bases (any of them). */
+                base_models?: ("any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown")[] | null;
+                /** @description Only models of this type. */
+                model_type?: ("onnx" | "main" | "vae" | "lora" | "control_lora" | "controlnet" | "embedding" | "ip_adapter" | "clip_vision" | "clip_embed" | "t2i_adapter" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "spandrel_image_to_image" | "siglip" | "flux_redux" | "llava_onevision" | "prompt_enhancer" | "text_llm" | "external_image_generator" | "pid_decoder" | "unknown") | null;
+                /** @description Only the model of this exact name. */
+                model_name?: string | null;
+                /** @description Only models of this format. */
+                model_format?: ("omi" | "diffusers" | "checkpoint" | "lycoris" | "onnx" | "olive" | "embedding_file" | "embedding_folder" | "invokeai" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "bnb_quantized_int8b" | "bnb_quantized_nf4b" | "gguf_quantized" | "external_api" | "sdnq_quantized" | "unknown") | null;
+                /** @description Only models of this family (this server's own). */
                 family?: ("sd-1" | "krea2" | "flux" | "sdxl" | "z-image") | null;
-                /** @description Only models of this type (main, transformer, vae ...). */
-                type?: string | null;
             };
             header?: never;
             path?: never;
@@ -9461,7 +9922,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelRecordList"];
+                    "application/json": components["schemas"]["ModelsList"];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
@@ -9482,6 +9943,100 @@ export interface operations {
             };
         };
     };
+    get_model_records_by_attrs: {
+        parameters: {
+            query: {
+                /** @description The model's name. */
+                name: string;
+                /** @description The model's type. */
+                type: "onnx" | "main" | "vae" | "lora" | "control_lora" | "controlnet" | "embedding" | "ip_adapter" | "clip_vision" | "clip_embed" | "t2i_adapter" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "spandrel_image_to_image" | "siglip" | "flux_redux" | "llava_onevision" | "prompt_enhancer" | "text_llm" | "external_image_generator" | "pid_decoder" | "unknown";
+                /** @description The model's base. */
+                base: "any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelConfig"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No model has that name, type and base. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    scan_for_models: {
+        parameters: {
+            query: {
+                /** @description Absolute path of a folder on the server. */
+                scan_path: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FoundModel"][];
+                };
+            };
+            /** @description The path is not a folder this server can scan, or has too much under it. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description scan_path is missing or not an absolute path. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     get_model_record: {
         parameters: {
             query?: never;
@@ -9499,7 +10054,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelRecord"];
+                    "application/json": components["schemas"]["ModelConfig"];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
@@ -9591,7 +10146,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelRecord"];
+                    "application/json": components["schemas"]["ModelConfig"];
                 };
             };
             /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
@@ -9629,27 +10184,59 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Validation Error */
+            /** @description A field is invalid, or differs from the files'. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
-                };
+                content?: never;
             };
         };
     };
-    install_model: {
+    list_model_installs: {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelInstallJob"][];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    install_model: {
+        parameters: {
+            query: {
+                /** @description Absolute path, on the server, of a diffusers pipeline folder or a single file (.safetensors or .gguf) of a family the server runs (GET /api/v1/app/families; the formats each takes: docs/families.md). URLs and Hugging Face repo ids are not installed yet. */
+                source: string;
+                /** @description Record the model where it is instead of copying it under models_dir; deleting the model then leaves its files alone. */
+                inplace?: boolean;
+                /** @description For remote sources (not installed yet); unused for a path. */
+                access_token?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
             content: {
-                "application/json": components["schemas"]["ModelInstallRequest"];
+                "application/json": components["schemas"]["ModelRecordChanges"] | null;
             };
         };
         responses: {
@@ -9659,7 +10246,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelRecord"];
+                    "application/json": components["schemas"]["ModelInstallJob"];
                 };
             };
             /** @description The body is not JSON text the server can read: not UTF-8, arrays and objects nested more than about 900 levels deep, or an integer of more than 4300 digits. */
@@ -9698,6 +10285,101 @@ export interface operations {
                 content?: never;
             };
             /** @description The source is not a model this server can use; `detail` says why. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The source is not an absolute path (URLs and repo ids are not installed yet), or the body gives a bad field or one that differs from the files'. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Too many installs are waiting or running (at most 100). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_model_install_job: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelInstallJob"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No such job. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_model_install_job: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job is cancelled (at once if waiting, at its next chunk if running). */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No such job (InvokeAI's status for it). */
             415: {
                 headers: {
                     [name: string]: unknown;

@@ -86,7 +86,8 @@ function NumberField(props: {
  */
 function usable(m: ModelRecord, models: ModelRecord[], families: Family[] | null): boolean {
   if (!familyOf(families, m.family)) return false;
-  return m.type === "main" || (m.type === "transformer" && models.some((x) => x.family === m.family && x.type === "main"));
+  // InvokeAI's type: a pipeline and a lone transformer are both "main"; a lone text encoder or VAE is not.
+  return m.type === "main" && (m.pipeline || models.some((x) => x.family === m.family && x.pipeline));
 }
 
 export function GeneratePage() {

@@ -73,9 +73,18 @@ export function ModelsPage() {
     setBusy(true);
     setResult(null);
     try {
-      const body: { source: string; inplace: boolean; name?: string } = { source: source.trim(), inplace };
-      if (name.trim()) body.name = name.trim();
-      const record = await call(api.POST("/api/v2/models/install", { body }));
+      // As InvokeAI's clients do: the source in the query, the record's fields in the body; the answer is the job,
+      // which this page follows until it is done (its events move the progress bar meanwhile).
+      const query = { source: source.trim(), inplace };
+      let job = await call(
+        api.POST("/api/v2/models/install", { params: { query }, body: name.trim() ? { name: name.trim() } : {} }),
+      );
+      while (!["completed", "error", "cancelled"].includes(job.status)) {
+        await new Promise((resolve) => setTimeout(resolve, 250));
+        job = await call(api.GET("/api/v2/models/install/{id}", { params: { path: { id: job.id } } }));
+      }
+      const record = job.config_out;
+      if (job.status !== "completed" || !record) throw new Error(job.error ?? `The install was ${job.status}.`);
       setResult({ ok: true, text: `Installed ${record.name} (${familyOf(getState().families, record.family)?.label ?? record.family}).` });
       await refreshModels();
     } catch (e) {
@@ -120,7 +129,7 @@ export function ModelsPage() {
         </button>
       </form>
       {installs.map((i) => (
-        <div class="install-progress" key={i.source}>
+        <div class="install-progress" key={i.id}>
           <span>
             {i.name}: {formatBytes(i.bytesDone)} of {formatBytes(i.totalBytes)}
           </span>

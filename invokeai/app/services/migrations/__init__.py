@@ -11,6 +11,7 @@ from invokeai.app.services.migrations.m005_queue_origin import migration as m005
 from invokeai.app.services.migrations.m006_queue_claims import migration as m006_queue_claims
 from invokeai.app.services.migrations.m007_image_flags import migration as m007_image_flags
 from invokeai.app.services.migrations.m008_boards_workflows import migration as m008_boards_workflows
+from invokeai.app.services.migrations.m009_model_settings import migration as m009_model_settings
 
 MIGRATIONS: list[Migration] = [
     m001_images,
@@ -21,6 +22,7 @@ MIGRATIONS: list[Migration] = [
     m006_queue_claims,
     m007_image_flags,
     m008_boards_workflows,
+    m009_model_settings,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]

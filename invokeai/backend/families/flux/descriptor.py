@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule, GraphFacts
+from invokeai.backend.families.family import Constants, DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
 from invokeai.backend.families.flux import constants as c
-from invokeai.backend.families.flux import estimators, layout, runs
+from invokeai.backend.families.flux import estimators, layout, records, runs
 from invokeai.backend.models.config_variants import ConfigVariant
 
 NAME = "flux"
@@ -224,4 +224,5 @@ FAMILY = Family(
             ("double_blocks.", "model.diffusion_model.double_blocks."),
         ),
     ),
+    invokeai=InvokeAIFacts(base="flux", describe=records.describe),
 )

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
-from invokeai.backend.families.krea2 import demo, estimators, layout, runs, scheduler
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
+from invokeai.backend.families.krea2 import demo, estimators, layout, records, runs, scheduler
 from invokeai.backend.families.krea2.constants import CONSTANTS, NAME
 from invokeai.backend.models.config_variants import ConfigVariant
 from invokeai.backend.models.load_gguf import load_gguf_model
@@ -87,4 +87,6 @@ FAMILY = Family(
             build=demo.build_gguf,
         ),
     ),
+    # InvokeAI 6.14.2's BaseModelType has Krea 2 (taxonomy.py: Krea2 = "krea-2").
+    invokeai=InvokeAIFacts(base="krea-2", describe=records.describe),
 )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
 from invokeai.backend.families.sd1 import demo, estimators, layout, legacy, load_checkpoint, runs
 from invokeai.backend.families.sd1.constants import CONSTANTS, NAME
+from invokeai.backend.families.sd_records import sd_describer
 from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
 from invokeai.backend.models.config_variants import ConfigVariant
 
@@ -66,4 +67,5 @@ FAMILY = Family(
     # StableDiffusionPipeline.__init__'s corrections of old configs (legacy.py); it reads no model_index.json flag
     # at call time (requires_safety_checker concerns the safety checker, which the server does not run).
     config_rewrites=legacy.REWRITES,
+    invokeai=InvokeAIFacts(base="sd-1", describe=sd_describer(512)),
 )

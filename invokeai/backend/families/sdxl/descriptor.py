@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
+from invokeai.backend.families.sd_records import sd_describer
 from invokeai.backend.families.sd_schedulers import SD_SCHEDULER_NAMES, make_sd_scheduler
 from invokeai.backend.families.sdxl import demo, estimators, layout, load_checkpoint, runs
 from invokeai.backend.families.sdxl.constants import (
@@ -130,4 +131,5 @@ FAMILY = Family(
             ("conditioner.embedders.0.model.",),
         ),
     ),
+    invokeai=InvokeAIFacts(base="sdxl", describe=sd_describer(1024)),
 )

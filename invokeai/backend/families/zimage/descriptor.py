@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
 from invokeai.backend.families.zimage import constants as c
-from invokeai.backend.families.zimage import estimators, layout, runs
+from invokeai.backend.families.zimage import estimators, layout, records, runs
 from invokeai.backend.models.config_variants import ConfigVariant
 
 NAME = c.NAME
@@ -215,4 +215,5 @@ FAMILY = Family(
     demos=DEMOS,
     folder_check=folder_check,
     checked_configs=("transformer", "vae", "text_encoder", "scheduler"),
+    invokeai=InvokeAIFacts(base="z-image", describe=records.describe),
 )
