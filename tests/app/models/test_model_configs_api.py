@@ -3,6 +3,7 @@ filters (base_models, model_type, model_name, model_format) and get_by_attrs."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,16 @@ def test_get_by_attrs_finds_by_name_type_and_base(client: TestClient, records: d
         assert missing.status_code == 404 and "no model named" in missing.json()["detail"]
     assert client.get(f"{MODELS}/get_by_attrs", params={"name": name, "type": "main"}).status_code == 422
     assert client.get(f"{MODELS}/get_by_attrs", params={"name": name, "type": "x", "base": "sd-1"}).status_code == 422
+
+
+def test_missing_lists_the_models_whose_files_are_gone(
+    client: TestClient, built_models: dict[str, Path], tmp_path: Path
+) -> None:
+    _, demo = DEMOS[0]
+    copy = tmp_path / f"{demo.name}-moved-away"
+    shutil.copytree(built_models[demo.name], copy)
+    record = installed(client, copy, inplace=True)
+    assert client.get(f"{MODELS}/missing").json() == {"models": []}
+    shutil.rmtree(copy)
+    missing = client.get(f"{MODELS}/missing").json()["models"]
+    assert [m["key"] for m in missing] == [record["key"]]

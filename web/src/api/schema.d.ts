@@ -1479,6 +1479,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v2/models/missing": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Missing Models
+         * @description Installed models whose files this server cannot see (deleted or moved behind its back, or a folder another
+         *     host of a shared database has and this one does not mount): InvokeAI's web UI keeps them out of its pickers.
+         */
+        get: operations["list_missing_models"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v2/models/i/{key}": {
         parameters: {
             query?: never;
@@ -10030,6 +10051,33 @@ export interface operations {
             };
             /** @description scan_path is missing or not an absolute path. */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    list_missing_models: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelsList"];
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -132,6 +132,14 @@ def _scan(root: Path) -> list[Path]:
     return found
 
 
+@router.get("/missing", operation_id="list_missing_models")
+def list_missing_models(services: AppServices) -> ModelsList:
+    """Installed models whose files this server cannot see (deleted or moved behind its back, or a folder another
+    host of a shared database has and this one does not mount): InvokeAI's web UI keeps them out of its pickers."""
+    records = [record for record in services.models.records.list() if not Path(record.path).exists()]
+    return ModelsList(models=configs(records))
+
+
 @router.get("/i/{key}", operation_id="get_model_record", responses=NOT_FOUND)
 def get_model(key: str, services: AppServices) -> ModelConfig:
     return model_config(services.models.records.get(key))
