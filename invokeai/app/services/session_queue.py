@@ -25,12 +25,14 @@ from invokeai.app.services.batch import expand_batch, item_count
 from invokeai.app.services.database import Cursor, Database, Row, skip_locked
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
+    BatchStatusCounts,
     EventBus,
     QueueClearedEvent,
     QueueItemsCanceledEvent,
     QueueItemsRetriedEvent,
     QueueItemStatusChangedEvent,
     QueuePrunedEvent,
+    QueueStatusCounts,
 )
 from invokeai.app.services.queue_claims import (
     AFFINITY_MAX_WAIT_S,
@@ -79,8 +81,13 @@ class RetryRefusedError(ValueError):
     """retry_items_by_id named an item that is not failed or canceled; nothing was enqueued."""
 
 
-# The columns a queue_item_status_changed event repeats from the item, under the same names.
-_STATUS_COLUMNS = tuple(name for name in QueueItemStatusChangedEvent.model_fields if name != "timestamp")
+# The columns a queue_item_status_changed event repeats from the item, under the same names; the others are the
+# event's own, or InvokeAI's that this server fills after the change (_publish_changes).
+_STATUS_COLUMNS = tuple(
+    name
+    for name in QueueItemStatusChangedEvent.model_fields
+    if name not in ("timestamp", "user_id", "status_sequence", "batch_status", "queue_status")
+)
 # A pending item that may be claimed now: none is while the queue is paused (the flag every server reads).
 _CLAIMABLE = "status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0)"
 _SELECT_ITEMS = "SELECT * FROM session_queue q"  # without the graph text: see SessionQueue._items
@@ -156,10 +163,8 @@ def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
             else []
         )
         return SessionQueueItem(
-            **_status_fields(row),
+            **_status_fields(row),  # origin and destination among them
             priority=row["priority"],
-            origin=row["origin"],
-            destination=row["destination"],
             retried_from_item_id=row["retried_from_item_id"],
             field_values=field_values or None,
             session=SessionState(
@@ -197,12 +202,12 @@ def _unreadable_item(row: Row, error: Exception) -> SessionQueueItem:
     )
 
 
-def _status_event(row: Row) -> QueueItemStatusChangedEvent:
+def _status_event(row: Row, counts: dict[str, Any]) -> QueueItemStatusChangedEvent:
     try:
-        return QueueItemStatusChangedEvent(**_status_fields(row))
+        return QueueItemStatusChangedEvent(**_status_fields(row), **counts)
     except ValueError as error:  # a damaged row: the event says what still reads
         item = _unreadable_item(row, error)
-        return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS})
+        return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS}, **counts)
 
 
 def this_server() -> str:
@@ -251,8 +256,53 @@ class SessionQueue:
         return [_item(row, texts, graphs) for row in rows]
 
     def _publish_changes(self, rows: Sequence[Row]) -> None:
+        # InvokeAI's event carries the batch's and the queue's counts after the change: read once per batch here
+        # (a bulk change of many items of one batch costs two reads, not two per item).
+        counts: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
-            self._events.publish(_status_event(row))
+            key = (str(row["queue_id"]), str(row["batch_id"]))
+            if key not in counts:
+                counts[key] = self._counts_after_change(*key, row["origin"], row["destination"])
+            self._events.publish(_status_event(row, counts[key]))
+
+    def _counts_after_change(
+        self, queue_id: str, batch_id: str, origin: str | None, destination: str | None
+    ) -> dict[str, Any]:
+        """batch_status and queue_status of a queue_item_status_changed event: one read of the queue's counts, its
+        batch's among them, and one of the item running now."""
+        with self._db.read_transaction():
+            rows = self._db.execute(
+                "SELECT status, COUNT(*) AS n, SUM(CASE WHEN batch_id = ? THEN 1 ELSE 0 END) AS in_batch "
+                "FROM session_queue WHERE queue_id = ? GROUP BY status",
+                (batch_id, queue_id),
+            )
+            running = self._db.execute(
+                "SELECT item_id, batch_id, session_id FROM session_queue WHERE queue_id = ? AND status = 'in_progress' "
+                "ORDER BY item_id LIMIT 1",
+                (queue_id,),
+            )
+        in_queue = {str(row["status"]): int(row["n"]) for row in rows}
+        in_batch = {str(row["status"]): int(row["in_batch"] or 0) for row in rows}
+        statuses = ("pending", "in_progress", "waiting", "completed", "failed", "canceled")
+        current = running[0] if running else None
+        return {
+            "batch_status": BatchStatusCounts(
+                queue_id=queue_id,
+                batch_id=batch_id,
+                origin=origin,
+                destination=destination,
+                total=sum(in_batch.values()),
+                **{status: in_batch.get(status, 0) for status in statuses},
+            ),
+            "queue_status": QueueStatusCounts(
+                queue_id=queue_id,
+                item_id=current["item_id"] if current else None,
+                batch_id=current["batch_id"] if current else None,
+                session_id=current["session_id"] if current else None,
+                total=sum(in_queue.values()),
+                **{status: in_queue.get(status, 0) for status in statuses},
+            ),
+        }
 
     def _pending_count(self, cursor: Cursor) -> int:
         return int(cursor.execute("SELECT COUNT(*) FROM session_queue WHERE status = 'pending'").fetchone()[0])
@@ -337,6 +387,7 @@ class SessionQueue:
                 enqueued=result.enqueued,
                 requested=requested,
                 priority=priority,
+                origin=batch.origin,
             )
         )
         return result
