@@ -1,5 +1,5 @@
-"""The FastAPI app: every resource's router under /api/v1 (models under /api/v2), the web UI at / for every other
-path, the services started and stopped with it."""
+"""The FastAPI app: every resource's router under /api/v1 (models under /api/v2), Socket.IO at /ws/socket.io, the
+web UI at / for every other path, the services started and stopped with it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from invokeai.app.api.routers import events as events_router
 from invokeai.app.api.routers import images as images_router
 from invokeai.app.api.routers import models as models_router
 from invokeai.app.api.routers import queue as queue_router
+from invokeai.app.api.sockets import mount_socketio
 from invokeai.app.api.web_ui import serve_web_ui
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.container import MEGABYTE, build_services
@@ -49,9 +50,11 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
             services.start, run_processor=run_processor, demo_models=demo_models and config.install_demo_models
         )
         app.state.services = services
+        sockets.start(events)
         try:
             yield
         finally:
+            await sockets.stop()
             events.close()
             # Joining the worker blocks; keep the event loop free meanwhile.
             await asyncio.to_thread(services.stop)
@@ -69,6 +72,9 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
         models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED
     )
     amend_openapi(app, events_router.describe_stream_items, add_body_errors)
+    # InvokeAI's events over Socket.IO, from the same bus as the event stream (sockets.py).
+    sockets = mount_socketio(app, config.api_token)
+    app.state.sockets = sockets
     serve_web_ui(app)
     return app
 

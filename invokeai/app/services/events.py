@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from invokeai.app.services.queue_models import AnyInvocationOutput, QueueItemStatus
 
@@ -34,6 +34,9 @@ def _now() -> int:
 
 
 class EventBase(BaseModel):
+    # Every field is in every payload: the OpenAPI document says so (as InvokeAI's does), defaults or not.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     event_name: ClassVar[str]
 
     timestamp: int = Field(
