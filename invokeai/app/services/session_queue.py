@@ -88,6 +88,18 @@ _STATUS_COLUMNS = tuple(
     for name in QueueItemStatusChangedEvent.model_fields
     if name not in ("timestamp", "user_id", "status_sequence", "batch_status", "queue_status")
 )
+# The statuses InvokeAI's BatchStatus and SessionQueueStatus count (a status this server lacks counts 0).
+_COUNTED = ("pending", "in_progress", "waiting", "completed", "failed", "canceled")
+_COUNTS = (
+    "SELECT 'queue' AS part, status, COUNT(*) AS n, CAST(NULL AS BIGINT) AS item_id, CAST(NULL AS TEXT) AS batch_id, "
+    "CAST(NULL AS TEXT) AS session_id "
+    "FROM session_queue WHERE queue_id = ? GROUP BY status "
+    "UNION ALL SELECT 'batch', status, COUNT(*), CAST(NULL AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS TEXT) "
+    # `queue_id || ''`: not indexable, so both databases read the batch's rows by its index, not the queue's.
+    "FROM session_queue WHERE queue_id || '' = ? AND batch_id = ? GROUP BY status "
+    "UNION ALL SELECT * FROM (SELECT 'current', status, 1, item_id, batch_id, session_id FROM session_queue "
+    "WHERE queue_id = ? AND status = 'in_progress' ORDER BY item_id LIMIT 1) AS running"
+)
 # A pending item that may be claimed now: none is while the queue is paused (the flag every server reads).
 _CLAIMABLE = "status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0)"
 _SELECT_ITEMS = "SELECT * FROM session_queue q"  # without the graph text: see SessionQueue._items
@@ -256,35 +268,27 @@ class SessionQueue:
         return [_item(row, texts, graphs) for row in rows]
 
     def _publish_changes(self, rows: Sequence[Row]) -> None:
-        # InvokeAI's event carries the batch's and the queue's counts after the change: read once per batch here
-        # (a bulk change of many items of one batch costs two reads, not two per item).
+        # InvokeAI's event carries the batch's and the queue's counts after the change: one read per batch (a bulk
+        # change of many items of one batch costs one read, not one per item), and none where nobody takes the
+        # event (checked after the commit: a client subscribing later re-reads the queue, as after any reconnect).
         counts: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
             key = (str(row["queue_id"]), str(row["batch_id"]))
             if key not in counts:
+                if not self._events.is_wanted(QueueItemStatusChangedEvent.event_name, key[0]):
+                    continue
                 counts[key] = self._counts_after_change(*key, row["origin"], row["destination"])
             self._events.publish(_status_event(row, counts[key]))
 
     def _counts_after_change(
         self, queue_id: str, batch_id: str, origin: str | None, destination: str | None
     ) -> dict[str, Any]:
-        """batch_status and queue_status of a queue_item_status_changed event: one read of the queue's counts, its
-        batch's among them, and one of the item running now."""
-        with self._db.read_transaction():
-            rows = self._db.execute(
-                "SELECT status, COUNT(*) AS n, SUM(CASE WHEN batch_id = ? THEN 1 ELSE 0 END) AS in_batch "
-                "FROM session_queue WHERE queue_id = ? GROUP BY status",
-                (batch_id, queue_id),
-            )
-            running = self._db.execute(
-                "SELECT item_id, batch_id, session_id FROM session_queue WHERE queue_id = ? AND status = 'in_progress' "
-                "ORDER BY item_id LIMIT 1",
-                (queue_id,),
-            )
-        in_queue = {str(row["status"]): int(row["n"]) for row in rows}
-        in_batch = {str(row["status"]): int(row["in_batch"] or 0) for row in rows}
-        statuses = ("pending", "in_progress", "waiting", "completed", "failed", "canceled")
-        current = running[0] if running else None
+        """batch_status and queue_status of a queue_item_status_changed event, in one statement (one round trip
+        and one snapshot on PostgreSQL): the queue's items per status, its batch's, and the item running now."""
+        rows = self._db.execute(_COUNTS, (queue_id, queue_id, batch_id, queue_id))
+        in_queue = {str(row["status"]): int(row["n"]) for row in rows if row["part"] == "queue"}
+        in_batch = {str(row["status"]): int(row["n"]) for row in rows if row["part"] == "batch"}
+        current = next((row for row in rows if row["part"] == "current"), None)
         return {
             "batch_status": BatchStatusCounts(
                 queue_id=queue_id,
@@ -292,7 +296,7 @@ class SessionQueue:
                 origin=origin,
                 destination=destination,
                 total=sum(in_batch.values()),
-                **{status: in_batch.get(status, 0) for status in statuses},
+                **{status: in_batch.get(status, 0) for status in _COUNTED},
             ),
             "queue_status": QueueStatusCounts(
                 queue_id=queue_id,
@@ -300,7 +304,7 @@ class SessionQueue:
                 batch_id=current["batch_id"] if current else None,
                 session_id=current["session_id"] if current else None,
                 total=sum(in_queue.values()),
-                **{status: in_queue.get(status, 0) for status in statuses},
+                **{status: in_queue.get(status, 0) for status in _COUNTED},
             ),
         }
 

@@ -243,6 +243,33 @@ def test_a_subscribed_client_gets_the_queues_events_with_invokeais_fields(
     assert complete["result"]["type"] == "image_output" and complete["result"]["image"]["image_name"]
 
 
+def test_batch_status_counts_the_items_batch_and_queue_status_the_whole_queue(
+    serve: Callable[..., Served], clients: Callable[..., Client]
+) -> None:
+    served = serve()
+    client = clients(served.base)
+    client.subscribe()
+    response = httpx.post(
+        f"{served.base}{QUEUE}/enqueue_batch", json={"batch": {"graph": BLANK, "runs": 2, "origin": "o"}}, timeout=30
+    )
+    assert response.status_code in (200, 201), response.text
+    last = enqueue(served.base, BLANK)
+    [completed] = wait_until(lambda: finished(client, last), what="the last item")
+    assert completed["batch_status"]["total"] == completed["batch_status"]["completed"] == 1
+    assert (
+        completed["batch_status"]["origin"] is None and completed["batch_status"]["batch_id"] == completed["batch_id"]
+    )
+    assert completed["queue_status"]["total"] == completed["queue_status"]["completed"] == 3
+    first = client.of("queue_item_status_changed", status="in_progress")[0]
+    assert first["origin"] == first["batch_status"]["origin"] == "o"
+    assert (first["batch_status"]["in_progress"], first["batch_status"]["pending"]) == (1, 1)
+    queue = first["queue_status"]  # the second batch may or may not be enqueued yet
+    assert queue["in_progress"] == 1 and queue["item_id"] == first["item_id"]
+    assert queue["total"] == sum(
+        queue[s] for s in ("pending", "in_progress", "waiting", "completed", "failed", "canceled")
+    )
+
+
 def test_both_transports_carry_the_same_payloads_as_the_event_stream(
     serve: Callable[..., Served], clients: Callable[..., Client]
 ) -> None:
