@@ -457,6 +457,34 @@ def test_the_shutdown_signal_disconnects_every_client(
     assert time.monotonic() - begun < 10
 
 
+def test_after_a_gap_in_the_events_every_client_is_disconnected_and_new_ones_get_events(
+    serve: Callable[..., Served], clients: Callable[..., Client]
+) -> None:
+    served = serve(run_processor=False)
+    before = clients(served.base)
+    before.subscribe()
+    served.bus.end_streams()  # what the relay does after its database connection came back
+    assert before.disconnected.wait(10)
+    after = clients(served.base)
+    after.subscribe()
+    served.bus.publish(ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1))
+    wait_until(lambda: after.of("model_install_complete"), what="an event after the gap")
+
+
+def test_a_client_with_too_many_packets_waiting_is_cut_off(
+    serve: Callable[..., Served], clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served = serve(run_processor=False)
+    client = clients(served.base)
+    client.subscribe()
+    # A bound of -1 packets, checked at every event: the one reader here is "behind" at once.
+    monkeypatch.setattr(sockets_module, "MAX_BACKLOG", -1)
+    monkeypatch.setattr(sockets_module, "BACKLOG_CHECK_S", 0.0)
+    served.bus.publish(ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1))
+    assert client.disconnected.wait(10)
+    wait_until(lambda: served.sockets.client_count == 0, what="the client to be forgotten")
+
+
 def test_a_client_subscribing_to_too_many_queues_is_cut_off(
     serve: Callable[..., Served], clients: Callable[..., Client]
 ) -> None:
