@@ -100,8 +100,9 @@ def run(bus: EventBus, arrivals: Arrivals, label: str, events: list[EventBase], 
 
 def started(queue_id: str, n: int) -> InvocationStartedEvent:
     return InvocationStartedEvent(
-        queue_id=queue_id, item_id=n, batch_id="b", session_id="s", node_id="denoise", node_type="sd_denoise"
-    )
+        queue_id=queue_id, item_id=n, batch_id="b", session_id="s", node_id="denoise", node_type="sd_denoise",
+        invocation={"id": "denoise", "type": "sd_denoise"},
+    )  # fmt: skip
 
 
 class Stream:

@@ -1,5 +1,5 @@
-"""The FastAPI app: every resource's router under /api/v1 (models under /api/v2), the web UI at / for every other
-path, the services started and stopped with it."""
+"""The FastAPI app: every resource's router under /api/v1 (models under /api/v2), Socket.IO at /ws/socket.io, the
+web UI at / for every other path, the services started and stopped with it."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from invokeai.app.api.routers import left_out as left_out_router
 from invokeai.app.api.routers import models as models_router
 from invokeai.app.api.routers import queue as queue_router
 from invokeai.app.api.routers import workflows as workflows_router
+from invokeai.app.api.sockets import mount_socketio
 from invokeai.app.api.web_ui import WEB_UI_DIR, serve_web_ui
 from invokeai.app.config import InvokeAIAppConfig
 from invokeai.app.services.container import MEGABYTE, build_services
@@ -56,9 +57,11 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
             services.start, run_processor=run_processor, demo_models=demo_models and config.install_demo_models
         )
         app.state.services = services
+        sockets.start(events)
         try:
             yield
         finally:
+            await sockets.stop()
             events.close()
             # Joining the worker blocks; keep the event loop free meanwhile.
             await asyncio.to_thread(services.stop)
@@ -88,6 +91,9 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
         models_router.router, prefix=API_V2_PREFIX, dependencies=[Depends(BEARER)], responses=UNAUTHORIZED
     )
     amend_openapi(app, events_router.describe_stream_items, add_body_errors)
+    # InvokeAI's events over Socket.IO, from the same bus as the event stream (sockets.py).
+    sockets = mount_socketio(app, config.api_token)
+    app.state.sockets = sockets
     serve_web_ui(app, config.web_ui_dir or WEB_UI_DIR)
     return app
 

@@ -1,7 +1,11 @@
 """Events: one pydantic payload model per event name, and the bus that carries them to subscribers.
 
 Publishers are the session queue, the session processor and the model installer, on any thread. Subscribers are the
-event stream (one per connected client, on the server's event loop) and in-process listeners such as the processor.
+event stream (one per connected client, on the server's event loop), the Socket.IO server (a sink: one for all its
+clients) and in-process listeners such as the processor.
+
+Where InvokeAI 6.14.2 has an event of the same name, the payload carries every field InvokeAI requires, with its
+meaning (docs/api.md); this server's own fields (`node_id`, `step`, `worker`, ...) come beside them.
 """
 
 from __future__ import annotations
@@ -9,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Annotated, ClassVar, Literal
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from invokeai.app.services.model_configs import ModelConfig
 from invokeai.app.services.model_install_jobs import LocalModelSource
@@ -22,14 +27,23 @@ from invokeai.app.services.queue_models import AnyInvocationOutput, QueueItemSta
 logger = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+# This server has one user; InvokeAI names the owner of everything in a single-user server so.
+SYSTEM_USER = "system"
+
+
+def _now() -> int:
+    return int(time.time())
 
 
 class EventBase(BaseModel):
+    # Every field is in every payload: the OpenAPI document says so (as InvokeAI's does), defaults or not.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     event_name: ClassVar[str]
 
-    timestamp: datetime = Field(default_factory=_now, description="When the server sent the event (UTC).")
+    timestamp: int = Field(
+        default_factory=_now, description="When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI."
+    )
     queue_id: str
 
 
@@ -37,6 +51,43 @@ class QueueItemEventBase(EventBase):
     item_id: int
     batch_id: str
     session_id: str
+    origin: str | None = Field(None, description="The batch's origin, as sent.")
+    destination: str | None = Field(None, description="The batch's destination, as sent.")
+    user_id: str = Field(SYSTEM_USER, description="Who enqueued the item: always 'system' (one user).")
+
+
+class BatchStatusCounts(BaseModel):
+    """A batch's items per status, as InvokeAI's BatchStatus."""
+
+    queue_id: str
+    batch_id: str
+    origin: str | None
+    destination: str | None
+    pending: int
+    in_progress: int
+    waiting: int
+    completed: int
+    failed: int
+    canceled: int
+    total: int
+
+
+class QueueStatusCounts(BaseModel):
+    """A queue's items per status and its current item, as InvokeAI's SessionQueueStatus."""
+
+    queue_id: str
+    item_id: int | None = Field(description="The item in progress, if any (the oldest, with several workers).")
+    batch_id: str | None
+    session_id: str | None
+    pending: int
+    in_progress: int
+    waiting: int
+    completed: int
+    failed: int
+    canceled: int
+    total: int
+    user_pending: int | None = Field(None, description="InvokeAI's per-user count: null, as for its admins.")
+    user_in_progress: int | None = Field(None, description="InvokeAI's per-user count: null, as for its admins.")
 
 
 class QueueItemStatusChangedEvent(QueueItemEventBase):
@@ -45,6 +96,7 @@ class QueueItemStatusChangedEvent(QueueItemEventBase):
     event_name: ClassVar[str] = "queue_item_status_changed"
 
     status: QueueItemStatus
+    status_sequence: int | None = Field(None, description="InvokeAI's status version: null here.")
     error_type: str | None = None
     error_message: str | None = None
     error_traceback: str | None = None
@@ -56,11 +108,20 @@ class QueueItemStatusChangedEvent(QueueItemEventBase):
     worker: str | None = Field(
         None, description="Who runs (or ran) the item, as the queue item's `worker`: `<host>:<pid>/<worker>`."
     )
+    batch_status: BatchStatusCounts = Field(description="The item's batch, just after the change.")
+    queue_status: QueueStatusCounts = Field(description="The item's queue, just after the change.")
 
 
 class InvocationEventBase(QueueItemEventBase):
     node_id: str = Field(description="The node's id in the graph.")
     node_type: str = Field(description="The node's type, e.g. blank_image.")
+    invocation: dict[str, Any] = Field(description="The node, as in the item's graph (InvokeAI's invocation).")
+
+    # Prepared node ids are the graph's own here (no iterate expansion), so the source id is the node id.
+    @computed_field(description="The node's id in the graph that was enqueued (InvokeAI's source node id).")  # type: ignore[prop-decorator]
+    @property
+    def invocation_source_id(self) -> str:
+        return self.node_id
 
 
 class InvocationStartedEvent(InvocationEventBase):
@@ -83,7 +144,9 @@ class InvocationProgressEvent(InvocationEventBase):
     step: int = Field(description="Steps done so far.")
     total: int = Field(description="Steps in all.")
     percentage: float = Field(description="step / total, from 0 to 1.")
+    message: str = Field(description="What the node is doing, e.g. 'Denoising' (InvokeAI's progress message).")
     image: ProgressImage | None = Field(None, description="A small preview of the node's current result, if any.")
+    device: str | None = Field(None, description="The GPU running the node, e.g. cuda:1; null on the CPU.")
 
 
 class InvocationCompleteEvent(InvocationEventBase):
@@ -113,6 +176,12 @@ class BatchEnqueuedEvent(EventBase):
     enqueued: int
     requested: int
     priority: int
+    origin: str | None = Field(None, description="The batch's origin, as sent.")
+    user_id: str = Field(SYSTEM_USER, description="Who enqueued the batch: always 'system' (one user).")
+
+
+def _by_user(item_ids: list[int]) -> dict[str, list[int]]:
+    return {SYSTEM_USER: item_ids} if item_ids else {}
 
 
 class QueueItemsCanceledEvent(EventBase):
@@ -125,6 +194,22 @@ class QueueItemsCanceledEvent(EventBase):
     batch_ids: list[str] = Field(description="Their batches, each once.")
     cancel_reason: str
 
+    # InvokeAI's names for the same items (it has users; this server's one user is 'system').
+    @computed_field(description="The same as item_ids (InvokeAI's name).")  # type: ignore[prop-decorator]
+    @property
+    def canceled_item_ids(self) -> list[int]:
+        return self.item_ids
+
+    @computed_field(description="The items' owners: 'system', if any item.")  # type: ignore[prop-decorator]
+    @property
+    def user_ids(self) -> list[str]:
+        return [SYSTEM_USER] if self.item_ids else []
+
+    @computed_field(description="item_ids under their owner, 'system'.")  # type: ignore[prop-decorator]
+    @property
+    def canceled_item_ids_by_user(self) -> dict[str, list[int]]:
+        return _by_user(self.item_ids)
+
 
 class QueueClearedEvent(EventBase):
     """Every item of the queue was deleted (a running one was canceled first: see queue_items_canceled)."""
@@ -132,6 +217,7 @@ class QueueClearedEvent(EventBase):
     event_name: ClassVar[str] = "queue_cleared"
 
     deleted: int
+    user_id: str | None = Field(None, description="Null: every user's items were deleted (InvokeAI's meaning).")
 
 
 class QueuePrunedEvent(EventBase):
@@ -149,6 +235,16 @@ class QueueItemsRetriedEvent(EventBase):
 
     retried_item_ids: list[int] = Field(description="The original items.")
     item_ids: list[int] = Field(description="The new pending items, in the same order.")
+
+    @computed_field(description="The items' owners: 'system', if any item.")  # type: ignore[prop-decorator]
+    @property
+    def user_ids(self) -> list[str]:
+        return [SYSTEM_USER] if self.retried_item_ids else []
+
+    @computed_field(description="retried_item_ids under their owner, 'system'.")  # type: ignore[prop-decorator]
+    @property
+    def retried_item_ids_by_user(self) -> dict[str, list[int]]:
+        return _by_user(self.retried_item_ids)
 
 
 class ModelEventBase(EventBase):
@@ -298,6 +394,23 @@ def _named(names: EventNames, event_name: str) -> bool:
 _END = None  # queued last in a subscription: its stream is over
 
 
+class EventSink(Protocol):
+    """A transport that takes the events of many queues for its own clients (the Socket.IO server), attached to
+    the bus for as long as the server runs. It says which events it would deliver now (`takes`), so that nobody's
+    absence still costs a denoise step its preview; the bus hands it those events under its lock, in publication
+    order, from the publishing thread."""
+
+    def takes(self, event_name: str, queue_id: str | None) -> bool: ...
+
+    def deliver(self, event: EventBase) -> None:
+        """Must return at once (hand the event to the sink's own loop)."""
+        ...
+
+    def streams_ended(self) -> None:
+        """Events may have been lost (as end_streams), or the bus closed: the sink ends its clients' connections."""
+        ...
+
+
 class Subscription:
     """One client's events from one queue (all of them, or those named in `names`), handed from the publishing
     threads to the subscriber's event loop.
@@ -349,6 +462,7 @@ class EventBus:
     def __init__(self, max_pending: int = 1000) -> None:
         self._lock = threading.Lock()
         self._subscriptions: list[Subscription] = []
+        self._sinks: list[EventSink] = []
         # (listener, names, forwards): a forwarding listener (the relay to other servers) passes events on rather
         # than showing them, so it does not ask for step previews (wants_previews).
         self._listeners: list[tuple[Listener, EventNames, bool]] = []
@@ -365,6 +479,9 @@ class EventBus:
             dead = [sub for sub in targets if not sub.deliver(event)]
             for sub in dead:
                 self._subscriptions.remove(sub)
+            for sink in self._sinks:
+                if sink.takes(name, event.queue_id):
+                    sink.deliver(event)
         for listener in listeners:
             try:
                 listener(event)
@@ -389,6 +506,19 @@ class EventBus:
                 self._subscriptions.append(subscription)
         return subscription
 
+    def attach(self, sink: EventSink) -> None:
+        """Deliver the events `sink` takes to it, from now until detach(). After close(), it is told at once."""
+        with self._lock:
+            if self._closed:
+                sink.streams_ended()
+            else:
+                self._sinks.append(sink)
+
+    def detach(self, sink: EventSink) -> None:
+        with self._lock:
+            if sink in self._sinks:
+                self._sinks.remove(sink)
+
     def unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
             if subscription in self._subscriptions:
@@ -398,8 +528,10 @@ class EventBus:
         """Whether an event of that name and queue, published now, would reach any subscriber or listener: a
         publisher skips building what nobody takes (a denoise step's preview and progress event)."""
         with self._lock:
-            return any(_named(names, event_name) for _, names, _ in self._listeners) or any(
-                sub.takes(event_name, queue_id) for sub in self._subscriptions
+            return (
+                any(_named(names, event_name) for _, names, _ in self._listeners)
+                or any(sub.takes(event_name, queue_id) for sub in self._subscriptions)
+                or any(sink.takes(event_name, queue_id) for sink in self._sinks)
             )
 
     def wants_previews(self, queue_id: str) -> bool:
@@ -408,8 +540,10 @@ class EventBus:
         and JPEG."""
         name = InvocationProgressEvent.event_name
         with self._lock:
-            return any(_named(names, name) for _, names, forwards in self._listeners if not forwards) or any(
-                sub.takes(name, queue_id) for sub in self._subscriptions
+            return (
+                any(_named(names, name) for _, names, forwards in self._listeners if not forwards)
+                or any(sub.takes(name, queue_id) for sub in self._subscriptions)
+                or any(sink.takes(name, queue_id) for sink in self._sinks)
             )
 
     @property
@@ -425,6 +559,8 @@ class EventBus:
             for sub in self._subscriptions:
                 sub.deliver(_END)
             self._subscriptions.clear()
+            for sink in self._sinks:  # they stay attached: their clients reconnect
+                sink.streams_ended()
 
     def close(self) -> None:
         """End every stream (at shutdown: the server waits for open responses before it stops)."""
@@ -433,3 +569,6 @@ class EventBus:
             for sub in self._subscriptions:
                 sub.deliver(_END)
             self._subscriptions.clear()
+            for sink in self._sinks:
+                sink.streams_ended()
+            self._sinks.clear()

@@ -309,7 +309,7 @@ class SessionProcessor:
     ) -> BaseInvocationOutput:
         """Prepare and invoke one node, with its events; the only place a node runs."""
         node_type = graph.graph.nodes[node_id].type
-        ids = _ids(item, node_id, node_type)
+        ids = _ids(item, node_id, node_type, graph_json["nodes"][node_id])
         try:
             node = graph.prepare_node(node_id, outputs)
 
@@ -323,7 +323,16 @@ class SessionProcessor:
                     image = preview_image(make_preview())
                 percentage = step / total if total > 0 else 0.0
                 self._events.publish(
-                    InvocationProgressEvent(**ids, step=step, total=total, percentage=percentage, image=image)
+                    InvocationProgressEvent(
+                        **ids,
+                        step=step,
+                        total=total,
+                        percentage=percentage,
+                        # InvokeAI's message for a denoise step: the only progress nodes report here (model_use).
+                        message="Denoising",
+                        image=image,
+                        device=str(worker.device) if worker.device.type == "cuda" else None,
+                    )
                 )
 
             context = InvocationContext(
@@ -369,14 +378,17 @@ class SessionProcessor:
         )
 
 
-def _ids(item: SessionQueueItem, node_id: str, node_type: str) -> dict[str, Any]:
+def _ids(item: SessionQueueItem, node_id: str, node_type: str, invocation: dict[str, Any]) -> dict[str, Any]:
     return {
         "queue_id": item.queue_id,
         "item_id": item.item_id,
         "batch_id": item.batch_id,
         "session_id": item.session_id,
+        "origin": item.origin,
+        "destination": item.destination,
         "node_id": node_id,
         "node_type": node_type,
+        "invocation": invocation,
     }
 
 

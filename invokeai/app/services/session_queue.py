@@ -25,12 +25,14 @@ from invokeai.app.services.batch import expand_batch, item_count
 from invokeai.app.services.database import Cursor, Database, Row, skip_locked
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
+    BatchStatusCounts,
     EventBus,
     QueueClearedEvent,
     QueueItemsCanceledEvent,
     QueueItemsRetriedEvent,
     QueueItemStatusChangedEvent,
     QueuePrunedEvent,
+    QueueStatusCounts,
 )
 from invokeai.app.services.queue_claims import (
     AFFINITY_MAX_WAIT_S,
@@ -91,8 +93,25 @@ class TooManyItemsError(ValueError):
     """list_all would answer more than MAX_LIST_ALL items."""
 
 
-# The columns a queue_item_status_changed event repeats from the item, under the same names.
-_STATUS_COLUMNS = tuple(name for name in QueueItemStatusChangedEvent.model_fields if name != "timestamp")
+# The columns a queue_item_status_changed event repeats from the item, under the same names; the others are the
+# event's own, or InvokeAI's that this server fills after the change (_publish_changes).
+_STATUS_COLUMNS = tuple(
+    name
+    for name in QueueItemStatusChangedEvent.model_fields
+    if name not in ("timestamp", "user_id", "status_sequence", "batch_status", "queue_status")
+)
+# The statuses InvokeAI's BatchStatus and SessionQueueStatus count (a status this server lacks counts 0).
+_COUNTED = ("pending", "in_progress", "waiting", "completed", "failed", "canceled")
+_COUNTS = (
+    "SELECT 'queue' AS part, status, COUNT(*) AS n, CAST(NULL AS BIGINT) AS item_id, CAST(NULL AS TEXT) AS batch_id, "
+    "CAST(NULL AS TEXT) AS session_id "
+    "FROM session_queue WHERE queue_id = ? GROUP BY status "
+    "UNION ALL SELECT 'batch', status, COUNT(*), CAST(NULL AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS TEXT) "
+    # `queue_id || ''`: not indexable, so both databases read the batch's rows by its index, not the queue's.
+    "FROM session_queue WHERE queue_id || '' = ? AND batch_id = ? GROUP BY status "
+    "UNION ALL SELECT * FROM (SELECT 'current', status, 1, item_id, batch_id, session_id FROM session_queue "
+    "WHERE queue_id = ? AND status = 'in_progress' ORDER BY item_id LIMIT 1) AS running"
+)
 # A pending item that may be claimed now: none is while the queue is paused (the flag every server reads).
 _CLAIMABLE = "status = 'pending' AND NOT EXISTS (SELECT 1 FROM processor_state WHERE paused <> 0)"
 _SELECT_ITEMS = "SELECT * FROM session_queue q"  # without the graph text: see SessionQueue._items
@@ -168,10 +187,8 @@ def _item(row: Row, texts: GraphTexts, graphs: GraphCache) -> SessionQueueItem:
             else []
         )
         return SessionQueueItem(
-            **_status_fields(row),
+            **_status_fields(row),  # origin and destination among them
             priority=row["priority"],
-            origin=row["origin"],
-            destination=row["destination"],
             retried_from_item_id=row["retried_from_item_id"],
             field_values=field_values or None,
             session=_session(
@@ -249,12 +266,12 @@ def _unreadable_item(row: Row, error: Exception) -> SessionQueueItem:
     )
 
 
-def _status_event(row: Row) -> QueueItemStatusChangedEvent:
+def _status_event(row: Row, counts: dict[str, Any]) -> QueueItemStatusChangedEvent:
     try:
-        return QueueItemStatusChangedEvent(**_status_fields(row))
+        return QueueItemStatusChangedEvent(**_status_fields(row), **counts)
     except ValueError as error:  # a damaged row: the event says what still reads
         item = _unreadable_item(row, error)
-        return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS})
+        return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS}, **counts)
 
 
 def this_server() -> str:
@@ -303,8 +320,45 @@ class SessionQueue:
         return [_item(row, texts, graphs) for row in rows]
 
     def _publish_changes(self, rows: Sequence[Row]) -> None:
+        # InvokeAI's event carries the batch's and the queue's counts after the change: one read per batch (a bulk
+        # change of many items of one batch costs one read, not one per item), and none where nobody takes the
+        # event (checked after the commit: a client subscribing later re-reads the queue, as after any reconnect).
+        counts: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
-            self._events.publish(_status_event(row))
+            key = (str(row["queue_id"]), str(row["batch_id"]))
+            if key not in counts:
+                if not self._events.is_wanted(QueueItemStatusChangedEvent.event_name, key[0]):
+                    continue
+                counts[key] = self._counts_after_change(*key, row["origin"], row["destination"])
+            self._events.publish(_status_event(row, counts[key]))
+
+    def _counts_after_change(
+        self, queue_id: str, batch_id: str, origin: str | None, destination: str | None
+    ) -> dict[str, Any]:
+        """batch_status and queue_status of a queue_item_status_changed event, in one statement (one round trip
+        and one snapshot on PostgreSQL): the queue's items per status, its batch's, and the item running now."""
+        rows = self._db.execute(_COUNTS, (queue_id, queue_id, batch_id, queue_id))
+        in_queue = {str(row["status"]): int(row["n"]) for row in rows if row["part"] == "queue"}
+        in_batch = {str(row["status"]): int(row["n"]) for row in rows if row["part"] == "batch"}
+        current = next((row for row in rows if row["part"] == "current"), None)
+        return {
+            "batch_status": BatchStatusCounts(
+                queue_id=queue_id,
+                batch_id=batch_id,
+                origin=origin,
+                destination=destination,
+                total=sum(in_batch.values()),
+                **{status: in_batch.get(status, 0) for status in _COUNTED},
+            ),
+            "queue_status": QueueStatusCounts(
+                queue_id=queue_id,
+                item_id=current["item_id"] if current else None,
+                batch_id=current["batch_id"] if current else None,
+                session_id=current["session_id"] if current else None,
+                total=sum(in_queue.values()),
+                **{status: in_queue.get(status, 0) for status in _COUNTED},
+            ),
+        }
 
     def _pending_count(self, cursor: Cursor) -> int:
         return int(cursor.execute("SELECT COUNT(*) FROM session_queue WHERE status = 'pending'").fetchone()[0])
@@ -389,6 +443,7 @@ class SessionQueue:
                 enqueued=result.enqueued,
                 requested=requested,
                 priority=priority,
+                origin=batch.origin,
             )
         )
         return result

@@ -18,6 +18,7 @@ from wait_support import wait_until
 from invokeai.app.services.event_relay import MAX_NOTIFY_BYTES, PAYLOAD_TABLE, PROGRESS_INTERVAL_S, EventRelay
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
+    BatchStatusCounts,
     EventBase,
     EventBus,
     InvocationProgressEvent,
@@ -25,6 +26,7 @@ from invokeai.app.services.events import (
     ProgressImage,
     QueueItemsCanceledEvent,
     QueueItemStatusChangedEvent,
+    QueueStatusCounts,
 )
 
 
@@ -60,8 +62,9 @@ def two_servers(postgres_url: str) -> Iterator[tuple[EventBus, EventRelay, Event
 
 def started(item_id: int, queue_id: str = "default") -> InvocationStartedEvent:
     return InvocationStartedEvent(
-        queue_id=queue_id, item_id=item_id, batch_id="b", session_id="s", node_id="n", node_type="blank_image"
-    )
+        queue_id=queue_id, item_id=item_id, batch_id="b", session_id="s", node_id="n", node_type="blank_image",
+        invocation={"id": "n", "type": "blank_image", "width": 48, "height": 32},
+    )  # fmt: skip
 
 
 def test_each_server_sees_the_others_events_in_order_once_and_not_its_own_echoes(
@@ -84,9 +87,12 @@ def test_a_relayed_event_is_the_same_event(two_servers: tuple[EventBus, EventRel
     bus_a, _, bus_b, _ = two_servers
     seen_b = Seen(bus_b)
     now = datetime.now(UTC)
+    counts = {"pending": 0, "in_progress": 0, "waiting": 0, "completed": 0, "failed": 1, "canceled": 0, "total": 1}
     sent = QueueItemStatusChangedEvent(
         queue_id="default", item_id=7, batch_id="b", session_id="s", status="failed", error_type="ValueError",
-        error_message="bad \u00e9 \u0000 line\nbreak", created_at=now, updated_at=now,
+        error_message="bad \u00e9 \u0000 line\nbreak", created_at=now, updated_at=now, origin="o", destination=None,
+        batch_status=BatchStatusCounts(queue_id="default", batch_id="b", origin="o", destination=None, **counts),
+        queue_status=QueueStatusCounts(queue_id="default", item_id=None, batch_id=None, session_id=None, **counts),
     )  # fmt: skip
     bus_a.publish(sent)
     [got] = wait_until(lambda: seen_b.of(QueueItemStatusChangedEvent), what="the event on B")
@@ -122,7 +128,12 @@ def test_a_progress_preview_stays_local(two_servers: tuple[EventBus, EventRelay,
     assert bus_a.wants_previews("default")
     image = ProgressImage(width=64, height=64, dataURL="data:image/jpeg;base64," + "A" * 20_000)
     sent = InvocationProgressEvent(
-        **started(3).model_dump(exclude={"timestamp"}), step=5, total=20, percentage=0.25, image=image
+        **started(3).model_dump(exclude={"timestamp"}),
+        step=5,
+        total=20,
+        percentage=0.25,
+        message="Denoising",
+        image=image,
     )
     bus_a.publish(sent)
     [got] = wait_until(lambda: seen_b.of(InvocationProgressEvent), what="the progress event on B")
@@ -138,12 +149,14 @@ def test_a_nodes_progress_reaches_the_others_a_few_times_a_second_and_always_its
     ids = started(4).model_dump(exclude={"timestamp"})
     begun = time.monotonic()
     for step in range(1, 51):  # 50 steps, in far less than PROGRESS_INTERVAL_S on an idle machine
-        bus_a.publish(InvocationProgressEvent(**ids, step=step, total=51, percentage=step / 51))
+        bus_a.publish(InvocationProgressEvent(**ids, step=step, total=51, percentage=step / 51, message="Denoising"))
     took = time.monotonic() - begun
     bus_a.publish(started(5))  # another node's events are not held back by the first one's progress
-    bus_a.publish(InvocationProgressEvent(**{**ids, "item_id": 5}, step=1, total=51, percentage=1 / 51))
+    bus_a.publish(
+        InvocationProgressEvent(**{**ids, "item_id": 5}, step=1, total=51, percentage=1 / 51, message="Denoising")
+    )
     time.sleep(PROGRESS_INTERVAL_S)
-    bus_a.publish(InvocationProgressEvent(**ids, step=51, total=51, percentage=1.0))
+    bus_a.publish(InvocationProgressEvent(**ids, step=51, total=51, percentage=1.0, message="Denoising"))
     wait_until(lambda: any(e.step == 51 for e in seen_b.of(InvocationProgressEvent)), what="the last step on B")  # type: ignore[attr-defined]
     relayed = [(e.item_id, e.step) for e in seen_b.of(InvocationProgressEvent)]  # type: ignore[attr-defined]
     first_node = [step for item_id, step in relayed if item_id == 4]

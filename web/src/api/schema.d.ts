@@ -1867,10 +1867,9 @@ export interface components {
         BatchEnqueuedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Batch Id */
@@ -1881,6 +1880,17 @@ export interface components {
             requested: number;
             /** Priority */
             priority: number;
+            /**
+             * Origin
+             * @description The batch's origin, as sent.
+             */
+            origin: string | null;
+            /**
+             * User Id
+             * @description Who enqueued the batch: always 'system' (one user).
+             * @default system
+             */
+            user_id: string;
         };
         /**
          * BatchStatus
@@ -1915,6 +1925,34 @@ export interface components {
              * @description The batch's destination, as sent.
              */
             destination: string | null;
+        };
+        /**
+         * BatchStatusCounts
+         * @description A batch's items per status, as InvokeAI's BatchStatus.
+         */
+        BatchStatusCounts: {
+            /** Queue Id */
+            queue_id: string;
+            /** Batch Id */
+            batch_id: string;
+            /** Origin */
+            origin: string | null;
+            /** Destination */
+            destination: string | null;
+            /** Pending */
+            pending: number;
+            /** In Progress */
+            in_progress: number;
+            /** Waiting */
+            waiting: number;
+            /** Completed */
+            completed: number;
+            /** Failed */
+            failed: number;
+            /** Canceled */
+            canceled: number;
+            /** Total */
+            total: number;
         };
         /**
          * BlankImageInvocation
@@ -3436,10 +3474,9 @@ export interface components {
         InvocationCompleteEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Item Id */
@@ -3448,6 +3485,22 @@ export interface components {
             batch_id: string;
             /** Session Id */
             session_id: string;
+            /**
+             * Origin
+             * @description The batch's origin, as sent.
+             */
+            origin: string | null;
+            /**
+             * Destination
+             * @description The batch's destination, as sent.
+             */
+            destination: string | null;
+            /**
+             * User Id
+             * @description Who enqueued the item: always 'system' (one user).
+             * @default system
+             */
+            user_id: string;
             /**
              * Node Id
              * @description The node's id in the graph.
@@ -3459,10 +3512,22 @@ export interface components {
              */
             node_type: string;
             /**
+             * Invocation
+             * @description The node, as in the item's graph (InvokeAI's invocation).
+             */
+            invocation: {
+                [key: string]: unknown;
+            };
+            /**
              * Result
              * @description The node's output, as in the item's session results.
              */
             result: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
+            /**
+             * Invocation Source Id
+             * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
+             */
+            readonly invocation_source_id: string;
         };
         /**
          * InvocationErrorEvent
@@ -3471,10 +3536,9 @@ export interface components {
         InvocationErrorEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Item Id */
@@ -3483,6 +3547,22 @@ export interface components {
             batch_id: string;
             /** Session Id */
             session_id: string;
+            /**
+             * Origin
+             * @description The batch's origin, as sent.
+             */
+            origin: string | null;
+            /**
+             * Destination
+             * @description The batch's destination, as sent.
+             */
+            destination: string | null;
+            /**
+             * User Id
+             * @description Who enqueued the item: always 'system' (one user).
+             * @default system
+             */
+            user_id: string;
             /**
              * Node Id
              * @description The node's id in the graph.
@@ -3493,6 +3573,13 @@ export interface components {
              * @description The node's type, e.g. blank_image.
              */
             node_type: string;
+            /**
+             * Invocation
+             * @description The node, as in the item's graph (InvokeAI's invocation).
+             */
+            invocation: {
+                [key: string]: unknown;
+            };
             /**
              * Error Type
              * @description The exception's class name.
@@ -3502,6 +3589,11 @@ export interface components {
             error_message: string;
             /** Error Traceback */
             error_traceback: string;
+            /**
+             * Invocation Source Id
+             * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
+             */
+            readonly invocation_source_id: string;
         };
         /**
          * InvocationProgressEvent
@@ -3510,10 +3602,9 @@ export interface components {
         InvocationProgressEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Item Id */
@@ -3522,6 +3613,22 @@ export interface components {
             batch_id: string;
             /** Session Id */
             session_id: string;
+            /**
+             * Origin
+             * @description The batch's origin, as sent.
+             */
+            origin: string | null;
+            /**
+             * Destination
+             * @description The batch's destination, as sent.
+             */
+            destination: string | null;
+            /**
+             * User Id
+             * @description Who enqueued the item: always 'system' (one user).
+             * @default system
+             */
+            user_id: string;
             /**
              * Node Id
              * @description The node's id in the graph.
@@ -3532,6 +3639,13 @@ export interface components {
              * @description The node's type, e.g. blank_image.
              */
             node_type: string;
+            /**
+             * Invocation
+             * @description The node, as in the item's graph (InvokeAI's invocation).
+             */
+            invocation: {
+                [key: string]: unknown;
+            };
             /**
              * Step
              * @description Steps done so far.
@@ -3547,8 +3661,23 @@ export interface components {
              * @description step / total, from 0 to 1.
              */
             percentage: number;
+            /**
+             * Message
+             * @description What the node is doing, e.g. 'Denoising' (InvokeAI's progress message).
+             */
+            message: string;
             /** @description A small preview of the node's current result, if any. */
-            image?: components["schemas"]["ProgressImage"] | null;
+            image: components["schemas"]["ProgressImage"] | null;
+            /**
+             * Device
+             * @description The GPU running the node, e.g. cuda:1; null on the CPU.
+             */
+            device: string | null;
+            /**
+             * Invocation Source Id
+             * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
+             */
+            readonly invocation_source_id: string;
         };
         /**
          * InvocationStartedEvent
@@ -3557,10 +3686,9 @@ export interface components {
         InvocationStartedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Item Id */
@@ -3569,6 +3697,22 @@ export interface components {
             batch_id: string;
             /** Session Id */
             session_id: string;
+            /**
+             * Origin
+             * @description The batch's origin, as sent.
+             */
+            origin: string | null;
+            /**
+             * Destination
+             * @description The batch's destination, as sent.
+             */
+            destination: string | null;
+            /**
+             * User Id
+             * @description Who enqueued the item: always 'system' (one user).
+             * @default system
+             */
+            user_id: string;
             /**
              * Node Id
              * @description The node's id in the graph.
@@ -3579,6 +3723,18 @@ export interface components {
              * @description The node's type, e.g. blank_image.
              */
             node_type: string;
+            /**
+             * Invocation
+             * @description The node, as in the item's graph (InvokeAI's invocation).
+             */
+            invocation: {
+                [key: string]: unknown;
+            };
+            /**
+             * Invocation Source Id
+             * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
+             */
+            readonly invocation_source_id: string;
         };
         /**
          * InvokeAIAppConfigWithSetFields
@@ -4124,15 +4280,14 @@ export interface components {
         ModelInstallCancelledEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /**
              * Queue Id
              * @description Always null: a model event is sent on every queue's stream.
              */
-            queue_id?: string | null;
+            queue_id: string | null;
             /**
              * Id
              * @description The install job's id (GET /api/v2/models/install/{id}).
@@ -4148,15 +4303,14 @@ export interface components {
         ModelInstallCompleteEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /**
              * Queue Id
              * @description Always null: a model event is sent on every queue's stream.
              */
-            queue_id?: string | null;
+            queue_id: string | null;
             /**
              * Id
              * @description The install job's id (GET /api/v2/models/install/{id}).
@@ -4184,15 +4338,14 @@ export interface components {
         ModelInstallErrorEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /**
              * Queue Id
              * @description Always null: a model event is sent on every queue's stream.
              */
-            queue_id?: string | null;
+            queue_id: string | null;
             /**
              * Id
              * @description The install job's id (GET /api/v2/models/install/{id}).
@@ -4291,15 +4444,14 @@ export interface components {
         ModelInstallProgressEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /**
              * Queue Id
              * @description Always null: a model event is sent on every queue's stream.
              */
-            queue_id?: string | null;
+            queue_id: string | null;
             /**
              * Id
              * @description The install job's id (GET /api/v2/models/install/{id}).
@@ -4325,15 +4477,14 @@ export interface components {
         ModelInstallStartedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /**
              * Queue Id
              * @description Always null: a model event is sent on every queue's stream.
              */
-            queue_id?: string | null;
+            queue_id: string | null;
             /**
              * Id
              * @description The install job's id (GET /api/v2/models/install/{id}).
@@ -4349,22 +4500,21 @@ export interface components {
         ModelLoadCompleteEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /**
              * Queue Id
              * @description Always null: a model event is sent on every queue's stream.
              */
-            queue_id?: string | null;
+            queue_id: string | null;
             /** @description The model's record. */
             config: components["schemas"]["ModelConfig"];
             /**
              * Submodel Type
              * @description The component loaded (unet, transformer, text_encoder, vae ...).
              */
-            submodel_type?: string | null;
+            submodel_type: string | null;
             /**
              * User Id
              * @description Always system (this server has one user).
@@ -4379,22 +4529,21 @@ export interface components {
         ModelLoadStartedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /**
              * Queue Id
              * @description Always null: a model event is sent on every queue's stream.
              */
-            queue_id?: string | null;
+            queue_id: string | null;
             /** @description The model's record. */
             config: components["schemas"]["ModelConfig"];
             /**
              * Submodel Type
              * @description The component loaded (unet, transformer, text_encoder, vae ...).
              */
-            submodel_type?: string | null;
+            submodel_type: string | null;
             /**
              * User Id
              * @description Always system (this server has one user).
@@ -4619,14 +4768,18 @@ export interface components {
         QueueClearedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Deleted */
             deleted: number;
+            /**
+             * User Id
+             * @description Null: every user's items were deleted (InvokeAI's meaning).
+             */
+            user_id: string | null;
         };
         /**
          * QueueCounts
@@ -4671,10 +4824,9 @@ export interface components {
         QueueItemStatusChangedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Item Id */
@@ -4684,18 +4836,39 @@ export interface components {
             /** Session Id */
             session_id: string;
             /**
+             * Origin
+             * @description The batch's origin, as sent.
+             */
+            origin: string | null;
+            /**
+             * Destination
+             * @description The batch's destination, as sent.
+             */
+            destination: string | null;
+            /**
+             * User Id
+             * @description Who enqueued the item: always 'system' (one user).
+             * @default system
+             */
+            user_id: string;
+            /**
              * Status
              * @enum {string}
              */
             status: "pending" | "in_progress" | "completed" | "failed" | "canceled";
+            /**
+             * Status Sequence
+             * @description InvokeAI's status version: null here.
+             */
+            status_sequence: number | null;
             /** Error Type */
-            error_type?: string | null;
+            error_type: string | null;
             /** Error Message */
-            error_message?: string | null;
+            error_message: string | null;
             /** Error Traceback */
-            error_traceback?: string | null;
+            error_traceback: string | null;
             /** Cancel Reason */
-            cancel_reason?: string | null;
+            cancel_reason: string | null;
             /**
              * Created At
              * Format: date-time
@@ -4707,14 +4880,18 @@ export interface components {
              */
             updated_at: string;
             /** Started At */
-            started_at?: string | null;
+            started_at: string | null;
             /** Completed At */
-            completed_at?: string | null;
+            completed_at: string | null;
             /**
              * Worker
              * @description Who runs (or ran) the item, as the queue item's `worker`: `<host>:<pid>/<worker>`.
              */
-            worker?: string | null;
+            worker: string | null;
+            /** @description The item's batch, just after the change. */
+            batch_status: components["schemas"]["BatchStatusCounts"];
+            /** @description The item's queue, just after the change. */
+            queue_status: components["schemas"]["QueueStatusCounts"];
         };
         /**
          * QueueItemsCanceledEvent
@@ -4724,10 +4901,9 @@ export interface components {
         QueueItemsCanceledEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /**
@@ -4742,6 +4918,23 @@ export interface components {
             batch_ids: string[];
             /** Cancel Reason */
             cancel_reason: string;
+            /**
+             * Canceled Item Ids
+             * @description The same as item_ids (InvokeAI's name).
+             */
+            readonly canceled_item_ids: number[];
+            /**
+             * User Ids
+             * @description The items' owners: 'system', if any item.
+             */
+            readonly user_ids: string[];
+            /**
+             * Canceled Item Ids By User
+             * @description item_ids under their owner, 'system'.
+             */
+            readonly canceled_item_ids_by_user: {
+                [key: string]: number[];
+            };
         };
         /**
          * QueueItemsRetriedEvent
@@ -4750,10 +4943,9 @@ export interface components {
         QueueItemsRetriedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /**
@@ -4766,6 +4958,18 @@ export interface components {
              * @description The new pending items, in the same order.
              */
             item_ids: number[];
+            /**
+             * User Ids
+             * @description The items' owners: 'system', if any item.
+             */
+            readonly user_ids: string[];
+            /**
+             * Retried Item Ids By User
+             * @description retried_item_ids under their owner, 'system'.
+             */
+            readonly retried_item_ids_by_user: {
+                [key: string]: number[];
+            };
         };
         /**
          * QueuePrunedEvent
@@ -4774,14 +4978,54 @@ export interface components {
         QueuePrunedEvent: {
             /**
              * Timestamp
-             * Format: date-time
-             * @description When the server sent the event (UTC).
+             * @description When the server sent the event: whole seconds since 1970 (UTC), as InvokeAI.
              */
-            timestamp?: string;
+            timestamp: number;
             /** Queue Id */
             queue_id: string;
             /** Deleted */
             deleted: number;
+        };
+        /**
+         * QueueStatusCounts
+         * @description A queue's items per status and its current item, as InvokeAI's SessionQueueStatus.
+         */
+        QueueStatusCounts: {
+            /** Queue Id */
+            queue_id: string;
+            /**
+             * Item Id
+             * @description The item in progress, if any (the oldest, with several workers).
+             */
+            item_id: number | null;
+            /** Batch Id */
+            batch_id: string | null;
+            /** Session Id */
+            session_id: string | null;
+            /** Pending */
+            pending: number;
+            /** In Progress */
+            in_progress: number;
+            /** Waiting */
+            waiting: number;
+            /** Completed */
+            completed: number;
+            /** Failed */
+            failed: number;
+            /** Canceled */
+            canceled: number;
+            /** Total */
+            total: number;
+            /**
+             * User Pending
+             * @description InvokeAI's per-user count: null, as for its admins.
+             */
+            user_pending?: number | null;
+            /**
+             * User In Progress
+             * @description InvokeAI's per-user count: null, as for its admins.
+             */
+            user_in_progress?: number | null;
         };
         /**
          * Qwen3EncoderField
