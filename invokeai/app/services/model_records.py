@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from invokeai.app.services.database import Database, IntegrityError, Row
 from invokeai.app.services.timestamps import now_iso
@@ -34,9 +34,8 @@ _JSON_FIELDS = ("trigger_phrases", "default_settings")
 class ModelIdentifier(BaseModel):
     """A model, named in a graph by its key or by its name. InvokeAI's clients send its ModelIdentifierField, {key,
     hash, name, base, type} with all of them set: the key then names the model, as in InvokeAI, and the rest is
-    what the client believed of it (kept, not checked)."""
-
-    model_config = ConfigDict(extra="forbid")
+    what the client believed of it (kept, not checked). InvokeAI's web UI sends the whole model record there; as in
+    InvokeAI, the fields besides these are ignored."""
 
     key: str | None = Field(default=None, description="The model's key, as GET /api/v2/models/ lists it.")
     name: str | None = Field(

@@ -4239,7 +4239,8 @@ export interface components {
          * ModelIdentifier
          * @description A model, named in a graph by its key or by its name. InvokeAI's clients send its ModelIdentifierField, {key,
          *     hash, name, base, type} with all of them set: the key then names the model, as in InvokeAI, and the rest is
-         *     what the client believed of it (kept, not checked).
+         *     what the client believed of it (kept, not checked). InvokeAI's web UI sends the whole model record there; as in
+         *     InvokeAI, the fields besides these are ignored.
          */
         ModelIdentifier: {
             /**
