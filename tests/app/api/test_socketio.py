@@ -24,7 +24,8 @@ from invokeai.app.api import sockets as sockets_module
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.api.sockets import SocketServer
 from invokeai.app.config import InvokeAIAppConfig
-from invokeai.app.services.events import EventBase, EventBus, InvocationProgressEvent, ModelInstallCompleteEvent
+from invokeai.app.services.events import EventBase, EventBus, InvocationProgressEvent, ModelInstallCancelledEvent
+from invokeai.app.services.model_install_jobs import LocalModelSource
 
 QUEUE = "/api/v1/queue/default"
 PATH = "/ws/socket.io"
@@ -355,11 +356,11 @@ def test_only_subscribers_get_a_queues_events_and_every_client_gets_the_model_ev
     first = enqueue(served.base, BLANK)
     wait_until(lambda: finished(subscribed, first), what="the first item")
     served.bus.publish(QueueNoteEvent(queue_id="default", note="generic"))
-    served.bus.publish(ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1))
-    wait_until(lambda: all(c.of("model_install_complete") for c in (subscribed, idle, elsewhere)), what="model")
+    served.bus.publish(ModelInstallCancelledEvent(id=1, source=LocalModelSource(path="/m")))
+    wait_until(lambda: all(c.of("model_install_cancelled") for c in (subscribed, idle, elsewhere)), what="model")
     [note] = wait_until(lambda: subscribed.of("queue_note_for_the_test"), what="the new event")
     assert (note["queue_id"], note["note"]) == ("default", "generic")
-    assert idle.names() == elsewhere.names() == ["model_install_complete"]
+    assert idle.names() == elsewhere.names() == ["model_install_cancelled"]
 
     # After unsubscribe_queue, nothing more of the queue: a second subscriber sees the next item through.
     subscribed.sio.call("unsubscribe_queue", {"queue_id": "default"}, timeout=10)
@@ -368,7 +369,7 @@ def test_only_subscribers_get_a_queues_events_and_every_client_gets_the_model_ev
     second = enqueue(served.base, BLANK)
     wait_until(lambda: finished(witness, second), what="the second item")
     assert not [name for name, data in subscribed.events if isinstance(data, dict) and data.get("item_id") == second]
-    assert idle.names() == elsewhere.names() == ["model_install_complete"]
+    assert idle.names() == elsewhere.names() == ["model_install_cancelled"]
 
 
 def test_nobody_subscribed_costs_no_preview_and_a_gone_client_leaves_no_trace(
@@ -467,8 +468,8 @@ def test_after_a_gap_in_the_events_every_client_is_disconnected_and_new_ones_get
     assert before.disconnected.wait(10)
     after = clients(served.base)
     after.subscribe()
-    served.bus.publish(ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1))
-    wait_until(lambda: after.of("model_install_complete"), what="an event after the gap")
+    served.bus.publish(ModelInstallCancelledEvent(id=1, source=LocalModelSource(path="/m")))
+    wait_until(lambda: after.of("model_install_cancelled"), what="an event after the gap")
 
 
 def test_a_client_with_too_many_packets_waiting_is_cut_off(
@@ -480,7 +481,7 @@ def test_a_client_with_too_many_packets_waiting_is_cut_off(
     # A bound of -1 packets, checked at every event: the one reader here is "behind" at once.
     monkeypatch.setattr(sockets_module, "MAX_BACKLOG", -1)
     monkeypatch.setattr(sockets_module, "BACKLOG_CHECK_S", 0.0)
-    served.bus.publish(ModelInstallCompleteEvent(source="/m", name="m", key="k", total_bytes=1))
+    served.bus.publish(ModelInstallCancelledEvent(id=1, source=LocalModelSource(path="/m")))
     assert client.disconnected.wait(10)
     wait_until(lambda: served.sockets.client_count == 0, what="the client to be forgotten")
 
