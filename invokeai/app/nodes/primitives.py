@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from invokeai.app.nodes.base import BaseInvocation, BaseInvocationOutput, InputField, InvocationContext, OutputField
 
@@ -71,12 +71,17 @@ class BooleanInvocation(BaseInvocation):
 
 
 class RandomIntInvocation(BaseInvocation):
-    """A random integer with low <= value < high; the same seed gives the same value."""
+    """A random integer with low <= value < high. Unseeded (InvokeAI's node) it is a new number each run, and never
+    cached; with a seed (this server's addition) the same seed gives the same value."""
 
     type: Literal["rand_int"] = "rand_int"
+    # As InvokeAI's: a cached random number would be the same number every run.
+    use_cache: bool = Field(default=False, description="Whether to use the invocation cache for this node")
     low: int = InputField(default=0, description="The inclusive low value")
     high: int = InputField(default=2_147_483_647, description="The exclusive high value")
-    seed: int = InputField(default=0, ge=0, description="The seed of the random number generator")
+    seed: int | None = InputField(
+        default=None, ge=0, description="The seed of the random number generator; unset: a new number each run"
+    )
 
     @model_validator(mode="after")
     def _range_is_not_empty(self) -> RandomIntInvocation:
@@ -87,4 +92,5 @@ class RandomIntInvocation(BaseInvocation):
 
     def invoke(self, context: InvocationContext) -> IntegerOutput:
         # A private generator: the global one is shared by every thread, and its state is not the seed's alone.
-        return IntegerOutput(value=random.Random(self.seed).randrange(self.low, self.high))
+        generator = random.SystemRandom() if self.seed is None else random.Random(self.seed)
+        return IntegerOutput(value=generator.randrange(self.low, self.high))

@@ -16,7 +16,7 @@ from PIL import Image
 from invokeai.backend.families.sd1.constants import LATENT_SCALE
 from invokeai.backend.families.sd_denoise import DenoiseStart, Guidance, pipeline_start, run
 from invokeai.backend.generation.preview import RgbProjection
-from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator
+from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, upcast
 
 # Every SD-1 VAE downsamples by 8 (four blocks); the pipeline derives the same from the VAE config.
 VAE_SCALE_FACTOR = LATENT_SCALE
@@ -162,17 +162,23 @@ def _image_processor(vae: Any) -> Any:
 
 
 @torch.inference_mode()
-def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
-    """The RGB image the pipeline returns for these latents."""
-    latents = latents.to(device=vae.device, dtype=vae.dtype)
-    decoded = vae.decode(latents / vae.config.scaling_factor, return_dict=False)[0]
+def vae_decode(vae: Any, latents: torch.Tensor, fp32: bool = False) -> Image.Image:
+    """The RGB image the pipeline returns for these latents. `fp32`: decode in float32 whatever the VAE's dtype
+    (InvokeAI's l2i option)."""
+    with upcast(vae, fp32):
+        latents = latents.to(device=vae.device, dtype=vae.dtype)
+        decoded = vae.decode(latents / vae.config.scaling_factor, return_dict=False)[0]
     return _image_processor(vae).postprocess(decoded, output_type="pil", do_denormalize=[True])[0]
 
 
 @torch.inference_mode()
-def vae_encode(vae: Any, image: Image.Image, seed: int) -> torch.Tensor:
+def vae_encode(vae: Any, image: Image.Image, seed: int, fp32: bool = False) -> torch.Tensor:
     """Scaled latents of `image`, sampled from the VAE posterior with the seed's generator, as the img2img pipeline
-    prepares them. Pass the same seed to `denoise`, whose noise then continues that generator's stream."""
-    pixels = _image_processor(vae).preprocess(image).to(device=vae.device, dtype=vae.dtype)
-    posterior = vae.encode(pixels).latent_dist
-    return posterior.sample(seeded_generator(seed)) * vae.config.scaling_factor
+    prepares them. Pass the same seed to `denoise`, whose noise then continues that generator's stream. `fp32`:
+    encode in float32 (InvokeAI's i2l option); the latents are in the VAE's own dtype either way."""
+    dtype = vae.dtype
+    with upcast(vae, fp32):
+        pixels = _image_processor(vae).preprocess(image).to(device=vae.device, dtype=vae.dtype)
+        posterior = vae.encode(pixels).latent_dist
+        latents = posterior.sample(seeded_generator(seed)) * vae.config.scaling_factor
+    return latents.to(dtype)

@@ -17,7 +17,7 @@ from PIL import Image
 
 from invokeai.backend.families.sd_denoise import DenoiseStart, Guidance, pipeline_start, run
 from invokeai.backend.generation.preview import RgbProjection
-from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator
+from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, upcast
 
 from .constants import LATENT_SCALE, SIZE_MULTIPLE
 
@@ -341,27 +341,11 @@ def encode_upcasts(vae: Any) -> bool:
     return vae.dtype != torch.float32 and bool(getattr(vae.config, "force_upcast", False))
 
 
-class _Upcast:
-    """The VAE in fp32 while the block runs, back in its own dtype after, as the pipelines do it (in place: the
-    fp32 weights replace the 16-bit ones for that time)."""
-
-    def __init__(self, vae: Any, active: bool) -> None:
-        self.vae, self.active, self.dtype = vae, active, vae.dtype
-
-    def __enter__(self) -> Any:
-        if self.active:
-            self.vae.to(dtype=torch.float32)
-        return self.vae
-
-    def __exit__(self, *_: object) -> None:
-        if self.active:
-            self.vae.to(dtype=self.dtype)
-
-
 @torch.inference_mode()
-def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
-    """The RGB image the pipeline returns for these latents."""
-    with _Upcast(vae, decode_upcasts(vae)):
+def vae_decode(vae: Any, latents: torch.Tensor, fp32: bool = False) -> Image.Image:
+    """The RGB image the pipeline returns for these latents. `fp32`: decode in float32 whatever the VAE's dtype
+    (InvokeAI's l2i option)."""
+    with upcast(vae, fp32 or decode_upcasts(vae)):
         latents = latents.to(device=vae.device, dtype=vae.dtype)
         stats = _latent_stats(vae, latents)
         if stats is not None:
@@ -374,15 +358,25 @@ def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
 
 
 @torch.inference_mode()
-def vae_encode(vae: Any, image: Image.Image, seed: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+def vae_encode(
+    vae: Any,
+    image: Image.Image,
+    seed: int,
+    dtype: torch.dtype | None = None,
+    fp32: bool = False,
+    compensation: tuple[float, float] | None = None,
+) -> torch.Tensor:
     """Scaled latents of `image` in `dtype` (default: the VAE's), sampled from the VAE posterior with the seed's
     generator, as the img2img pipeline prepares them. Pass the same seed to `denoise`, whose noise then continues
-    that generator's stream."""
+    that generator's stream. `fp32`: encode in float32 (InvokeAI's i2l option); `compensation`: (scale, offset) of
+    the normalised pixels first (InvokeAI's SDXL colour compensation)."""
     dtype = dtype or vae.dtype
     pixels = _image_processor(vae).preprocess(image).to(device=vae.device, dtype=dtype)
-    upcast = encode_upcasts(vae)
-    with _Upcast(vae, upcast):
-        if upcast:
+    if compensation is not None:
+        pixels = pixels * compensation[0] + compensation[1]
+    active = fp32 or encode_upcasts(vae)
+    with upcast(vae, active):
+        if active:
             pixels = pixels.float()
         sample = vae.encode(pixels).latent_dist.sample(seeded_generator(seed))
     latents = sample.to(dtype)
