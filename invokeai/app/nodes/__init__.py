@@ -10,4 +10,6 @@ from invokeai.backend.families import FAMILIES
 for _family in FAMILIES:
     importlib.import_module(_family.node_module)
 
+# InvokeAI's node types that span families or belong to none (its SD-1/SDXL nodes take the sd1 and sdxl modules').
+from invokeai.app.nodes import metadata, sd_invocations  # noqa: E402, F401 - imported to register their nodes
 from invokeai.app.nodes.graph import Graph  # noqa: E402, F401 - after the node modules, see above

@@ -63,3 +63,22 @@ def type_name(tp: Any) -> str:
     if isinstance(tp, type) and get_origin(tp) is None:
         return tp.__name__
     return str(tp).replace("typing.", "")
+
+
+def union_members(tp: Any) -> list[Any]:
+    """The types a value of `tp` may have: a union's members (None left out), or `tp` itself."""
+    return _members(tp)
+
+
+def list_item_types(tp: Any) -> list[Any] | None:
+    """The item types of the lists `tp` admits (Any where it admits anything); None if it admits no list."""
+    if _unwrap(tp) is Any:
+        return [Any]
+    items: list[Any] = []
+    for member in _members(tp):
+        if member is Any:
+            items.append(Any)
+        elif get_origin(member) is list:
+            args = get_args(member)
+            items.extend(union_members(args[0]) if args else [Any])
+    return items or None

@@ -42,6 +42,14 @@ def _is_none(value: object) -> bool:
     return value is None
 
 
+@dataclass(frozen=True)
+class _Equals:
+    default: Any
+
+    def __call__(self, value: object) -> bool:
+        return value is self.default or (type(value) is type(self.default) and value == self.default)
+
+
 def InputField(  # named like pydantic's Field, which it wraps
     default: Any = PydanticUndefined,
     *,
@@ -60,6 +68,11 @@ def InputField(  # named like pydantic's Field, which it wraps
     """An input of a node. Without a default it is required: set in the graph or, unless DIRECT, connected."""
     required = default is PydanticUndefined
     deferred = required and input is not Input.DIRECT
+    exclude_if = _is_none if deferred else None
+    if input is Input.CONNECTION and not required:
+        # An optional input only an edge feeds holds its default in any graph that is stored: left out of dumps
+        # there, so that the graph read back does not seem to set it (which a connection-only input refuses).
+        exclude_if = _Equals(default)
     return Field(
         # An unset connectable input parses as None without being validated (defaults are not validated), while an
         # explicit null is still refused by the field's real type.
@@ -76,7 +89,7 @@ def InputField(  # named like pydantic's Field, which it wraps
         pattern=pattern,
         json_schema_extra=InputSpec(input=input, required=required),  # type: ignore[arg-type]
         # Left out of dumps while unset, so a stored or returned graph reads like the one that was sent.
-        exclude_if=_is_none if deferred else None,
+        exclude_if=exclude_if,
     )
 
 

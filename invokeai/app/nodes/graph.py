@@ -18,7 +18,8 @@ from typing import Annotated, Any, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from invokeai.app.nodes.base import BaseInvocation, BaseInvocationOutput, Input, invocation_classes
-from invokeai.app.nodes.compat import can_connect, type_name
+from invokeai.app.nodes.collect import COLLECTION, ITEM, CollectInvocation
+from invokeai.app.nodes.compat import can_connect, list_item_types, type_name, union_members
 
 
 class EdgeConnection(BaseModel):
@@ -396,6 +397,8 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
     first_successor = [-1] * len(ids)
     more_successors: dict[int, list[int]] = {}
     predecessor = [0] * len(ids)
+    # The edges out of collect nodes, for the collected-type checks after the edges' own.
+    collected_out: dict[int, list[Edge]] = {}
     for index, edge in enumerate(graph.edges):
         source, destination = edge.source, edge.destination
         s, d = rank.get(source.node_id), rank.get(destination.node_id)
@@ -410,14 +413,20 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
             if isinstance(fed, Edge):
                 fed = incoming[d] = {fed.destination.field: fed}
             earlier = fed.get(destination.field)
-            if earlier is not None:
+            if earlier is not None and destination.field == ITEM and classes[d] is CollectInvocation:
+                # InvokeAI's collect takes any number of edges into `item`; each is kept under a key of its own.
+                fed[f"{ITEM}#{len(fed)}"] = edge
+            elif earlier is not None:
                 raise GraphValidationError(
                     f"edge {edge}: input {destination} is already fed by edge {earlier}; "
-                    "an input takes at most one edge",
+                    "an input takes at most one edge (only collect's item takes several)",
                     edge=edge,
                     edge_index=index,
                 )
-            fed[destination.field] = edge
+            else:
+                fed[destination.field] = edge
+        if classes[s] is CollectInvocation:
+            collected_out.setdefault(s, []).append(edge)
         indegree[d] += 1
         predecessor[d] = s
         if first_successor[s] < 0:
@@ -435,7 +444,90 @@ def validate_graph(graph: Graph, given: Iterable[tuple[str, str]] = ()) -> Valid
                     field=name,
                 )
     order = _topological_order(ids, rank, indegree, (first_successor, more_successors), predecessor, incoming)
+    if CollectInvocation in classes:
+        _check_collectors(graph, ids, rank, classes, incoming, collected_out)
     return ValidatedGraph(graph, tuple(order), rank, incoming)
+
+
+def _root_types(types: Iterable[Any]) -> list[Any]:
+    """The types among `types` that are no subclass of another of them (Any left out): one root means the values
+    are all of one type, as InvokeAI's collect requires."""
+    distinct = list(dict.fromkeys(t for t in types if t is not Any))
+    roots = []
+    for tp in distinct:
+        covered = any(
+            other is not tp and isinstance(tp, type) and isinstance(other, type) and issubclass(tp, other)
+            for other in distinct
+        )
+        if not covered:
+            roots.append(tp)
+    return roots
+
+
+def _check_collectors(
+    graph: Graph,
+    ids: list[str],
+    rank: Mapping[str, int],
+    classes: Sequence[type[BaseInvocation]],
+    incoming: Sequence[_Fed],
+    collected_out: Mapping[int, list[Edge]],
+) -> None:
+    """InvokeAI's rules for collect nodes: each has an edge in; what its edges bring (the items' types, the items
+    of a collection fed in) is of one type; and its collection goes only into list inputs whose items take that
+    type. GraphValidationError naming the collect node otherwise."""
+    resolved: dict[int, set[Any]] = {}
+
+    def input_types(index: int, visiting: frozenset[int] = frozenset()) -> set[Any]:
+        if index in resolved:
+            return resolved[index]
+        types: set[Any] = set()
+        for edge in _as_table(incoming[index]).values():
+            source = rank[edge.source.node_id]
+            annotation = _node_class(classes[source]).outputs[edge.source.field]
+            if edge.destination.field == ITEM:
+                types.update(union_members(annotation) or [Any])
+            elif classes[source] is CollectInvocation and source not in visiting:
+                types.update(input_types(source, visiting | {index}))
+            else:
+                types.update(list_item_types(annotation) or [Any])
+        resolved[index] = types
+        return types
+
+    for index, cls in enumerate(classes):
+        if cls is not CollectInvocation:
+            continue
+        node_id = ids[index]
+        if not _as_table(incoming[index]):
+            raise GraphValidationError(
+                f"node {node_id!r} (collect): a collect node needs at least one edge into {ITEM!r} or {COLLECTION!r}",
+                node_id=node_id,
+            )
+        roots = _root_types(input_types(index))
+        if len(roots) > 1:
+            raise GraphValidationError(
+                f"node {node_id!r} (collect): its items must be of one type; its edges bring "
+                f"{', '.join(sorted(type_name(t) for t in roots))}",
+                node_id=node_id,
+            )
+        root = roots[0] if roots else None
+        for edge in collected_out.get(index, ()):
+            destination = graph.nodes[edge.destination.node_id]
+            annotation = _node_class(type(destination)).input_types[edge.destination.field]
+            items = list_item_types(annotation)
+            if items is None:
+                raise GraphValidationError(
+                    f"edge {edge}: a collect node's collection goes only into a list input; "
+                    f"{edge.destination.field!r} is {type_name(annotation)}",
+                    node_id=node_id,
+                    edge=edge,
+                )
+            if root is not None and Any not in items and not any(can_connect(root, item) for item in items):
+                raise GraphValidationError(
+                    f"edge {edge}: node {node_id!r} collects {type_name(root)}, which input "
+                    f"{edge.destination.field!r} ({type_name(annotation)}) does not take",
+                    node_id=node_id,
+                    edge=edge,
+                )
 
 
 def execution_order(graph: Graph) -> list[str]:
@@ -451,6 +543,10 @@ def _prepare(
     if node is None:
         raise GraphValidationError(f"node {node_id!r} is not in the graph", node_id=node_id)
     data = _node_data(node)
+    if isinstance(node, CollectInvocation):
+        # The items go into `collection`, after what an edge into `collection` brings, in the order of their source
+        # nodes' ids (as InvokeAI orders them); `item` itself stays unset.
+        incoming = sorted(incoming, key=lambda e: (e.destination.field == ITEM, e.source.node_id))
     for edge in incoming:
         output = outputs.get(edge.source.node_id)
         if output is None:
@@ -461,7 +557,15 @@ def _prepare(
                 edge=edge,
             )
         # A copy: a node must not be able to change what another node received or returned.
-        data[edge.destination.field] = copy.deepcopy(getattr(output, edge.source.field))
+        value = copy.deepcopy(getattr(output, edge.source.field))
+        if isinstance(node, CollectInvocation):
+            collected = data.setdefault(COLLECTION, [])
+            if edge.destination.field == ITEM:
+                collected.append(value)
+            else:
+                collected.extend(value if isinstance(value, list) else [value])
+            continue
+        data[edge.destination.field] = value
     try:
         prepared = type(node).model_validate(data)
     except ValidationError as error:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from PIL import Image, ImageColor
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import (
     BaseInvocation,
     BaseInvocationOutput,
     ImageField,
+    Input,
     InputField,
     InvocationContext,
     OutputField,
 )
+from invokeai.app.nodes.model_fields import MetadataField
 
 # Large enough for any real use, small enough that one node cannot exhaust the server's memory.
 MAX_DIMENSION = 8192
@@ -100,3 +103,54 @@ class ImageBlendInvocation(BaseInvocation):
         blended = Image.blend(image_a, image_b, self.alpha)
         context.check_canceled()
         return ImageOutput.of(context.save_image(blended), blended)
+
+
+class BoardField(BaseModel):
+    """InvokeAI's board of an image (its `board` input on image nodes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    board_id: str = Field(description="The id of the board")
+
+
+def _no_board(value: BoardField | None) -> BoardField | None:
+    # Boards are not in this branch of the server yet; a client that asks for one is told rather than ignored.
+    if value is not None:
+        raise ValueError("adding an image to a board from a graph is not supported by this server yet; send null")
+    return value
+
+
+NoBoard = Annotated[BoardField | None, AfterValidator(_no_board)]
+
+
+def board_input() -> Any:
+    """InvokeAI's `board` input of an image node: set in the graph, not connected."""
+    return InputField(default=None, input=Input.DIRECT, description="The board to save the image to")
+
+
+def metadata_input() -> Any:
+    """InvokeAI's `metadata` input of an image node: core_metadata's output, written into the PNG."""
+    return InputField(default=None, input=Input.CONNECTION, description="Optional metadata to be saved with the image")
+
+
+PilResample = Literal["nearest", "box", "bilinear", "hamming", "bicubic", "lanczos"]
+
+
+class ImgResizeInvocation(BaseInvocation):
+    """InvokeAI's img_resize: the image resized to exactly width x height (with its metadata in the PNG)."""
+
+    type: Literal["img_resize"] = "img_resize"
+    board: NoBoard = board_input()
+    metadata: MetadataField | None = metadata_input()
+    image: ImageField = InputField(description="The image to resize")
+    width: int = InputField(default=512, gt=0, le=MAX_DIMENSION, description="The width to resize to (px)")
+    height: int = InputField(default=512, gt=0, le=MAX_DIMENSION, description="The height to resize to (px)")
+    resample_mode: PilResample = InputField(default="bicubic", description="The resampling mode")
+
+    def invoke(self, context: InvocationContext) -> ImageOutput:
+        image = context.load_image(self.image)
+        context.check_canceled()
+        resized = image.resize((self.width, self.height), resample=ResampleMode(self.resample_mode).pil)
+        context.check_canceled()
+        metadata = self.metadata.root if self.metadata is not None else None
+        return ImageOutput.of(context.save_image(resized, metadata=metadata), resized)

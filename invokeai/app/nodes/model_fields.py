@@ -34,20 +34,41 @@ __all__ = [
 SEED_MAX = 2**32 - 1  # InvokeAI's seed range, so seeds carry over from its clients
 
 
+class TensorField(BaseModel):
+    """InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tensor_name: str = Field(description="The name of the tensor")
+
+
+def _no_mask(value: TensorField | None) -> TensorField | None:
+    if value is not None:
+        raise ValueError("regional prompt masks are not supported by this server yet; send null")
+    return value
+
+
+NoMask = Annotated[TensorField | None, AfterValidator(_no_mask)]
+
+
 class ConditioningField(BaseModel):
-    """Prompt conditioning made by a text-encoder node, held in the tensor store."""
+    """Prompt conditioning made by a text-encoder node, held in the tensor store. InvokeAI's `mask` (the region a
+    prompt applies to) is accepted only as null: this server has no regional prompting yet."""
 
     model_config = ConfigDict(extra="forbid")
 
     conditioning_name: str = Field(description="The name of the conditioning tensors in the tensor store")
+    mask: NoMask = Field(default=None, description="InvokeAI's regional mask; this server takes none yet (null)")
 
 
 class LatentsField(BaseModel):
-    """Latents made by a denoise or VAE-encode node, held in the tensor store."""
+    """Latents made by a denoise or VAE-encode node (or noise by `noise`), held in the tensor store. `seed`, as in
+    InvokeAI: the seed the noise was drawn with, which denoise_latents seeds its sampler from."""
 
     model_config = ConfigDict(extra="forbid")
 
     latents_name: str = Field(description="The name of the latents tensor in the tensor store")
+    seed: int | None = Field(default=None, description="The seed the latents (noise) were made with, if any")
 
 
 def _none_yet(what: str) -> Any:

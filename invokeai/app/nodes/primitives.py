@@ -71,7 +71,8 @@ class BooleanInvocation(BaseInvocation):
 
 
 class RandomIntInvocation(BaseInvocation):
-    """A random integer with low <= value < high; the same seed gives the same value."""
+    """A random integer with low <= value < high. Unseeded (InvokeAI's node) it is a new number each run, and never
+    cached; with a seed (this server's addition) the same seed gives the same value."""
 
     type: Literal["rand_int"] = "rand_int"
     # False by default, as InvokeAI's rand_int (which draws without a seed) declares it: a graph built for InvokeAI
@@ -83,7 +84,9 @@ class RandomIntInvocation(BaseInvocation):
     )
     low: int = InputField(default=0, description="The inclusive low value")
     high: int = InputField(default=2_147_483_647, description="The exclusive high value")
-    seed: int = InputField(default=0, ge=0, description="The seed of the random number generator")
+    seed: int | None = InputField(
+        default=None, ge=0, description="The seed of the random number generator; unset: a new number each run"
+    )
 
     @model_validator(mode="after")
     def _range_is_not_empty(self) -> RandomIntInvocation:
@@ -94,4 +97,5 @@ class RandomIntInvocation(BaseInvocation):
 
     def invoke(self, context: InvocationContext) -> IntegerOutput:
         # A private generator: the global one is shared by every thread, and its state is not the seed's alone.
-        return IntegerOutput(value=random.Random(self.seed).randrange(self.low, self.high))
+        generator = random.SystemRandom() if self.seed is None else random.Random(self.seed)
+        return IntegerOutput(value=generator.randrange(self.low, self.high))

@@ -73,21 +73,22 @@ def scheduler_choice(name: str) -> SchedulerChoice:
         raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SD_SCHEDULER_NAMES)}") from None
 
 
-def make_sd_scheduler(name: str, base_config: Mapping[str, Any]) -> Any:
+def make_sd_scheduler(name: str, base_config: Mapping[str, Any], **overrides: Any) -> Any:
     """A new scheduler `name` on the model's own noise schedule, from its scheduler config `base_config`.
 
     It equals diffusers' `cls.from_config({**base_config, **options})`, with one difference: where `base_config` is
     a loaded scheduler's and lists an option's key under `_use_default_values` (say use_karras_sigmas, absent from
     an older Euler file), merging would let from_config drop the option again; passed as from_config's keyword
     arguments, as diffusers documents switching schedulers, the option always holds. Keys the class does not know
-    (PNDM's skip_prk_steps, say) are dropped by from_config.
+    (PNDM's skip_prk_steps, say) are dropped by from_config. `overrides` are set over the name's options (InvokeAI's
+    denoise_latents seeds dpmpp_sde's Brownian noise with the run's seed).
     """
     import diffusers
 
     from invokeai.backend.models.schedulers import new_scheduler
 
     choice = scheduler_choice(name)
-    return new_scheduler(getattr(diffusers, choice.class_name), dict(base_config), **choice.options)
+    return new_scheduler(getattr(diffusers, choice.class_name), dict(base_config), **{**choice.options, **overrides})
 
 
 def step_kwargs(scheduler: Any, generator: torch.Generator) -> dict[str, Any]:

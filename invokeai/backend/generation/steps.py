@@ -8,7 +8,8 @@ about 7% of its CPU time. What they return are inference tensors: use them under
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -38,3 +39,18 @@ def fresh_scheduler(scheduler: Any) -> Any:
     caller's instance is left untouched and two generations can share one. A copy, not `from_config`, which costs
     three times as much; what state a used one carries, `set_timesteps` resets, as it does in the pipelines."""
     return copy.deepcopy(scheduler)
+
+
+@contextmanager
+def upcast(module: Any, active: bool) -> Iterator[Any]:
+    """The module in float32 while the block runs, back in its own dtype after, as the diffusers pipelines upcast a
+    VAE (in place: the float32 weights replace the 16-bit ones for that time). Inactive, or already float32: no-op."""
+    dtype = module.dtype
+    active = active and dtype != torch.float32
+    if active:
+        module.to(dtype=torch.float32)
+    try:
+        yield module
+    finally:
+        if active:
+            module.to(dtype=dtype)

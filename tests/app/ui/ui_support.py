@@ -137,8 +137,10 @@ def expect_in_gallery(page: Page, base: str, token: str = "") -> None:
 class UiServer:
     """invokeai-web on `root`, always on the same port (a restarted server is where the page left it)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, **settings: str) -> None:
+        """settings: more INVOKEAI_<NAME> settings for the server (e.g. web_ui)."""
         self.root = root
+        self.settings = {f"INVOKEAI_{name.upper()}": value for name, value in settings.items()}
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = root / "server.log"
@@ -148,7 +150,7 @@ class UiServer:
         env = {name: value for name, value in os.environ.items() if not name.upper().startswith("INVOKEAI_")}
         # One torch thread: the demo models gain nothing from more, and the test machine's cores are shared.
         env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", HOME=str(self.root / "home"))
-        env.update(INVOKEAI_DEVICE="cpu", INVOKEAI_PRECISION="float32")
+        env.update(INVOKEAI_DEVICE="cpu", INVOKEAI_PRECISION="float32", **self.settings)
         if api_token:
             env["INVOKEAI_API_TOKEN"] = api_token
         executable = Path(sys.executable).with_name("invokeai-web")

@@ -2087,6 +2087,17 @@ export interface components {
              */
             asset_count: number;
         };
+        /**
+         * BoardField
+         * @description InvokeAI's board of an image (its `board` input on image nodes).
+         */
+        BoardField: {
+            /**
+             * Board Id
+             * @description The id of the board
+             */
+            board_id: string;
+        };
         /** Body_upload_image */
         Body_upload_image: {
             /**
@@ -2175,6 +2186,55 @@ export interface components {
             }[];
         };
         /**
+         * CLIPSkipInvocation
+         * @description Skip layers in clip text_encoder model: the encoders that take this CLIP leave out its last layers.
+         */
+        CLIPSkipInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "clip_skip";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description CLIP (tokenizer, text encoder, LoRAs) */
+            clip?: components["schemas"]["CLIPField"];
+            /**
+             * Skipped Layers
+             * @description Number of layers to skip in text encoder
+             * @default 0
+             */
+            skipped_layers: number;
+        };
+        /** CLIPSkipInvocationOutput */
+        CLIPSkipInvocationOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "clip_skip_output";
+            /**
+             * CLIP
+             * @description CLIP with its skipped layers
+             */
+            clip?: components["schemas"]["CLIPField"] | null;
+        };
+        /**
          * CachedModel
          * @description A model component in the shared RAM cache, as one worker's device sees it.
          */
@@ -2238,8 +2298,100 @@ export interface components {
             canceled: number;
         };
         /**
+         * CollectInvocation
+         * @description Collects values into a collection: every edge into `item` adds its value (all of one type).
+         */
+        CollectInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "collect";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether to use the invocation cache for this node
+             * @default false
+             */
+            use_cache: boolean;
+            /**
+             * Item
+             * @description The item to collect (all inputs must be of the same type); several edges may feed it
+             */
+            item?: unknown | null;
+            /**
+             * Collection
+             * @description An optional collection to append to
+             * @default []
+             */
+            collection: unknown[];
+        };
+        /** CollectInvocationOutput */
+        CollectInvocationOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "collect_output";
+            /**
+             * Collection
+             * @description The collection of input items
+             */
+            collection: unknown[];
+        };
+        /**
+         * CompelInvocation
+         * @description Encodes a prompt with an SD-1 model's CLIP text encoder: its last hidden state (with the CLIP's skipped
+         *     layers left out), as InvokeAI's compel node gives for plain text.
+         */
+        CompelInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "compel";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Prompt
+             * @description Prompt to be parsed by Compel to create a conditioning tensor. This server reads it as plain text for now: Compel's weighting syntax ((word)1.2, .and(), .blend()) is encoded as the characters it is
+             * @default
+             */
+            prompt: string;
+            /** @description CLIP (tokenizer, text encoder, LoRAs) and skipped layer count */
+            clip?: components["schemas"]["CLIPField"];
+            /** @description A mask defining the region that this conditioning prompt applies to. */
+            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__1"] | null;
+        };
+        /**
          * ConditioningField
-         * @description Prompt conditioning made by a text-encoder node, held in the tensor store.
+         * @description Prompt conditioning made by a text-encoder node, held in the tensor store. InvokeAI's `mask` (the region a
+         *     prompt applies to) is accepted only as null: this server has no regional prompting yet.
          */
         ConditioningField: {
             /**
@@ -2247,6 +2399,8 @@ export interface components {
              * @description The name of the conditioning tensors in the tensor store
              */
             conditioning_name: string;
+            /** @description InvokeAI's regional mask; this server takes none yet (null) */
+            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__1"] | null;
         };
         /** ConditioningOutput */
         ConditioningOutput: {
@@ -2257,6 +2411,214 @@ export interface components {
             type: "conditioning_output";
             /** @description The conditioning */
             conditioning: components["schemas"]["ConditioningField"];
+        };
+        /**
+         * CoreMetadataInvocation
+         * @description Collects the generation's settings for an image's metadata (InvokeAI's frontend adds one to every graph).
+         */
+        CoreMetadataInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "core_metadata";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Generation Mode
+             * @description The generation mode that output this image
+             */
+            generation_mode?: ("txt2img" | "img2img" | "inpaint" | "outpaint" | "sdxl_txt2img" | "sdxl_img2img" | "sdxl_inpaint" | "sdxl_outpaint" | "flux_txt2img" | "flux_img2img" | "flux_inpaint" | "flux_outpaint" | "flux2_txt2img" | "flux2_img2img" | "flux2_inpaint" | "flux2_outpaint" | "sd3_txt2img" | "sd3_img2img" | "sd3_inpaint" | "sd3_outpaint" | "cogview4_txt2img" | "cogview4_img2img" | "cogview4_inpaint" | "cogview4_outpaint" | "z_image_txt2img" | "z_image_img2img" | "z_image_inpaint" | "z_image_outpaint" | "ernie_image_txt2img" | "ideogram4_txt2img" | "qwen_image_txt2img" | "qwen_image_img2img" | "qwen_image_inpaint" | "qwen_image_outpaint" | "anima_txt2img" | "anima_img2img" | "anima_inpaint" | "anima_outpaint" | "krea2_txt2img" | "krea2_img2img" | "krea2_inpaint" | "krea2_outpaint" | "wan_txt2img" | "wan_img2img" | "wan_inpaint" | "wan_outpaint" | "wan_i2v") | null;
+            /**
+             * Positive Prompt
+             * @description The positive prompt parameter
+             */
+            positive_prompt?: string | null;
+            /**
+             * Negative Prompt
+             * @description The negative prompt parameter
+             */
+            negative_prompt?: string | null;
+            /**
+             * Width
+             * @description The width parameter
+             */
+            width?: number | null;
+            /**
+             * Height
+             * @description The height parameter
+             */
+            height?: number | null;
+            /**
+             * Seed
+             * @description The seed used for noise generation
+             */
+            seed?: number | null;
+            /**
+             * Rand Device
+             * @description The device used for random number generation
+             */
+            rand_device?: string | null;
+            /**
+             * Cfg Scale
+             * @description The classifier-free guidance scale parameter
+             */
+            cfg_scale?: number | null;
+            /**
+             * Cfg Rescale Multiplier
+             * @description Rescale multiplier for CFG guidance, used for models trained with zero-terminal SNR
+             */
+            cfg_rescale_multiplier?: number | null;
+            /**
+             * Steps
+             * @description The number of steps used for inference
+             */
+            steps?: number | null;
+            /**
+             * Scheduler
+             * @description The scheduler used for inference
+             */
+            scheduler?: string | null;
+            /**
+             * Seamless X
+             * @description Whether seamless tiling was used on the X axis
+             */
+            seamless_x?: boolean | null;
+            /**
+             * Seamless Y
+             * @description Whether seamless tiling was used on the Y axis
+             */
+            seamless_y?: boolean | null;
+            /**
+             * Clip Skip
+             * @description The number of skipped CLIP layers
+             */
+            clip_skip?: number | null;
+            /** @description The main model used for inference */
+            model?: components["schemas"]["ModelIdentifier"] | null;
+            /**
+             * Controlnets
+             * @description The ControlNets used for inference
+             */
+            controlnets?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[] | null;
+            /**
+             * Ipadapters
+             * @description The IP Adapters used for inference
+             */
+            ipAdapters?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[] | null;
+            /**
+             * T2Iadapters
+             * @description The IP Adapters used for inference
+             */
+            t2iAdapters?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[] | null;
+            /**
+             * Loras
+             * @description The LoRAs used for inference
+             */
+            loras?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            }[] | null;
+            /**
+             * Strength
+             * @description The strength used for latents-to-latents
+             */
+            strength?: number | null;
+            /**
+             * Init Image
+             * @description The name of the initial image
+             */
+            init_image?: string | null;
+            /** @description The VAE used for decoding, if the main model's default was not used */
+            vae?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description The Qwen3 text encoder model used for Z-Image inference */
+            qwen3_encoder?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description The Mistral text encoder model used for FLUX.2 [dev] inference */
+            mistral_encoder?: components["schemas"]["ModelIdentifier"] | null;
+            /**
+             * Ideogram4 Caption
+             * @description The structured JSON caption encoded for Ideogram 4 inference
+             */
+            ideogram4_caption?: string | null;
+            /**
+             * Hrf Enabled
+             * @description Whether or not high resolution fix was enabled.
+             */
+            hrf_enabled?: boolean | null;
+            /**
+             * Hrf Method
+             * @description The high resolution fix upscale method.
+             */
+            hrf_method?: string | null;
+            /**
+             * Hrf Strength
+             * @description The high resolution fix img2img strength used in the upscale pass.
+             */
+            hrf_strength?: number | null;
+            /**
+             * Positive Style Prompt
+             * @description The positive style prompt parameter
+             */
+            positive_style_prompt?: string | null;
+            /**
+             * Negative Style Prompt
+             * @description The negative style prompt parameter
+             */
+            negative_style_prompt?: string | null;
+            /** @description The SDXL Refiner model used */
+            refiner_model?: components["schemas"]["ModelIdentifier"] | null;
+            /**
+             * Refiner Cfg Scale
+             * @description The classifier-free guidance scale parameter used for the refiner
+             */
+            refiner_cfg_scale?: number | null;
+            /**
+             * Refiner Steps
+             * @description The number of steps used for the refiner
+             */
+            refiner_steps?: number | null;
+            /**
+             * Refiner Scheduler
+             * @description The scheduler used for the refiner
+             */
+            refiner_scheduler?: string | null;
+            /**
+             * Refiner Positive Aesthetic Score
+             * @description The aesthetic score used for the refiner
+             */
+            refiner_positive_aesthetic_score?: number | null;
+            /**
+             * Refiner Negative Aesthetic Score
+             * @description The aesthetic score used for the refiner
+             */
+            refiner_negative_aesthetic_score?: number | null;
+            /**
+             * Refiner Start
+             * @description The start value used for refiner denoising
+             */
+            refiner_start?: number | null;
+        } & {
+            [key: string]: unknown;
         };
         /** CreateWorkflowBody */
         CreateWorkflowBody: {
@@ -2326,6 +2688,138 @@ export interface components {
              * @description How many items were deleted.
              */
             deleted: number;
+        };
+        /**
+         * DenoiseLatentsInvocation
+         * @description Denoises noisy latents to decodable images (SD-1 or SDXL, by the UNet's model): text-to-image from `noise`,
+         *     image-to-image from `latents` with `denoising_start`, on this server's SD denoise loop.
+         */
+        DenoiseLatentsInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "denoise_latents";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Positive Conditioning
+             * @description Positive conditioning tensor (one, or a list from collect)
+             */
+            positive_conditioning?: components["schemas"]["ConditioningField"] | components["schemas"]["ConditioningField"][];
+            /**
+             * Negative Conditioning
+             * @description Negative conditioning tensor (one, or a list from collect)
+             */
+            negative_conditioning?: components["schemas"]["ConditioningField"] | components["schemas"]["ConditioningField"][];
+            /** @description Noise tensor */
+            noise?: components["schemas"]["LatentsField"] | null;
+            /**
+             * Steps
+             * @description Number of steps to run
+             * @default 10
+             */
+            steps: number;
+            /**
+             * CFG Scale
+             * @description Classifier-Free Guidance scale; a list gives one per step
+             * @default 7.5
+             */
+            cfg_scale: number | number[];
+            /**
+             * Denoising Start
+             * @description When to start denoising, expressed a percentage of total steps
+             * @default 0
+             */
+            denoising_start: number;
+            /**
+             * Denoising End
+             * @description When to stop denoising, expressed a percentage of total steps
+             * @default 1
+             */
+            denoising_end: number;
+            /**
+             * Scheduler
+             * @description Scheduler to use during inference
+             * @default euler
+             * @enum {string}
+             */
+            scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
+            /**
+             * UNet
+             * @description UNet (scheduler, LoRAs)
+             */
+            unet?: components["schemas"]["UNetField"];
+            /** Control */
+            control?: unknown;
+            /**
+             * IP-Adapter
+             * @description IP-Adapter to apply
+             */
+            ip_adapter?: unknown;
+            /**
+             * T2I-Adapter
+             * @description T2I-Adapter(s) to apply
+             */
+            t2i_adapter?: unknown;
+            /**
+             * CFG Rescale Multiplier
+             * @description Rescale multiplier for CFG guidance, used for models trained with zero-terminal SNR
+             * @default 0
+             */
+            cfg_rescale_multiplier: number;
+            /**
+             * HiDiffusion
+             * @description Whether to apply HiDiffusion
+             * @default false
+             */
+            hidiffusion: boolean;
+            /**
+             * Hidiffusion Raunet
+             * @description HiDiffusion: RAU-Net (unused while hidiffusion is off)
+             * @default true
+             */
+            hidiffusion_raunet: boolean;
+            /**
+             * Hidiffusion Window Attn
+             * @description HiDiffusion: window attention (unused while hidiffusion is off)
+             * @default true
+             */
+            hidiffusion_window_attn: boolean;
+            /**
+             * Hidiffusion T1 Ratio
+             * @description HiDiffusion: T1 ratio (unused while hidiffusion is off)
+             * @default 0.4
+             */
+            hidiffusion_t1_ratio: number;
+            /**
+             * Hidiffusion T2 Ratio
+             * @description HiDiffusion: T2 ratio (unused while hidiffusion is off)
+             * @default 0
+             */
+            hidiffusion_t2_ratio: number;
+            /** @description Latents tensor */
+            latents?: components["schemas"]["LatentsField"] | null;
+            /**
+             * Denoise Mask
+             * @description A mask of the region to apply the denoising process to
+             */
+            denoise_mask?: unknown;
         };
         /** DevicesInfo */
         DevicesInfo: {
@@ -2587,7 +3081,7 @@ export interface components {
              */
             conditioning_name: string;
             /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
-            mask?: components["schemas"]["TensorField"] | null;
+            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
         };
         /** FluxConditioningOutput */
         FluxConditioningOutput: {
@@ -2905,7 +3399,7 @@ export interface components {
              */
             prompt_2?: string | null;
             /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
-            mask?: components["schemas"]["TensorField"] | null;
+            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
         };
         /**
          * FluxVaeDecodeInvocation
@@ -3018,7 +3512,7 @@ export interface components {
              * @description The nodes of this graph, by node id
              */
             nodes?: {
-                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["Krea2VaeDecodeInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"];
+                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["ImgResizeInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["Krea2VaeDecodeInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"] | components["schemas"]["CoreMetadataInvocation"] | components["schemas"]["MainModelLoaderInvocation"] | components["schemas"]["SDXLModelLoaderInvocation"] | components["schemas"]["VAELoaderInvocation"] | components["schemas"]["CLIPSkipInvocation"] | components["schemas"]["CompelInvocation"] | components["schemas"]["SDXLCompelPromptInvocation"] | components["schemas"]["NoiseInvocation"] | components["schemas"]["DenoiseLatentsInvocation"] | components["schemas"]["LatentsToImageInvocation"] | components["schemas"]["ImageToLatentsInvocation"] | components["schemas"]["CollectInvocation"];
             };
             /**
              * Edges
@@ -3057,7 +3551,7 @@ export interface components {
              * @description Prepared node id (here the node's id) -> that node's output, for each node that ran.
              */
             results: {
-                [key: string]: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
+                [key: string]: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             };
             /**
              * Errors
@@ -3362,6 +3856,65 @@ export interface components {
              */
             resample_mode: components["schemas"]["ResampleMode"];
         };
+        /**
+         * ImageToLatentsInvocation
+         * @description Encodes an image into latents with an SD-1 or SDXL VAE (sides trimmed to multiples of 8, as InvokeAI
+         *     resizes them). The posterior sample is drawn with seed 0, so an encode is reproducible (InvokeAI draws it
+         *     unseeded): the same latents as sd_vae_encode / sdxl_vae_encode with seed 0.
+         */
+        ImageToLatentsInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "i2l";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The image to encode */
+            image?: components["schemas"]["ImageField"];
+            /** @description VAE */
+            vae?: components["schemas"]["VAEField"];
+            /**
+             * Tiled
+             * @description Processing using overlapping tiles (reduce memory consumption)
+             * @default false
+             */
+            tiled: boolean;
+            /**
+             * Tile Size
+             * @description The tile size for VAE tiling in pixels (image space); unused while tiled is false
+             * @default 0
+             */
+            tile_size: number;
+            /**
+             * Fp32
+             * @description Whether or not to use full float32 precision
+             * @default false
+             */
+            fp32: boolean;
+            /**
+             * Color Compensation
+             * @description Apply VAE scaling compensation when encoding images (reduces color drift).
+             * @default None
+             * @enum {string}
+             */
+            color_compensation: "None" | "SDXL";
+        };
         /** ImageUrls */
         ImageUrls: {
             /**
@@ -3379,6 +3932,59 @@ export interface components {
              * @description Where its WEBP thumbnail is
              */
             thumbnail_url: string;
+        };
+        /**
+         * ImgResizeInvocation
+         * @description InvokeAI's img_resize: the image resized to exactly width x height (with its metadata in the PNG).
+         */
+        ImgResizeInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "img_resize";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The image to resize */
+            image?: components["schemas"]["ImageField"];
+            /**
+             * Width
+             * @description The width to resize to (px)
+             * @default 512
+             */
+            width: number;
+            /**
+             * Height
+             * @description The height to resize to (px)
+             * @default 512
+             */
+            height: number;
+            /**
+             * Resample Mode
+             * @description The resampling mode
+             * @default bicubic
+             * @enum {string}
+             */
+            resample_mode: "nearest" | "box" | "bilinear" | "hamming" | "bicubic" | "lanczos";
         };
         /**
          * InstallStatus
@@ -3522,7 +4128,7 @@ export interface components {
              * Result
              * @description The node's output, as in the item's session results.
              */
-            result: components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"];
+            result: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             /**
              * Invocation Source Id
              * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
@@ -3962,7 +4568,8 @@ export interface components {
         };
         /**
          * LatentsField
-         * @description Latents made by a denoise or VAE-encode node, held in the tensor store.
+         * @description Latents made by a denoise or VAE-encode node (or noise by `noise`), held in the tensor store. `seed`, as in
+         *     InvokeAI: the seed the noise was drawn with, which denoise_latents seeds its sampler from.
          */
         LatentsField: {
             /**
@@ -3970,6 +4577,11 @@ export interface components {
              * @description The name of the latents tensor in the tensor store
              */
             latents_name: string;
+            /**
+             * Seed
+             * @description The seed the latents (noise) were made with, if any
+             */
+            seed?: number | null;
         };
         /** LatentsOutput */
         LatentsOutput: {
@@ -3990,6 +4602,60 @@ export interface components {
              * @description The height in pixels of the image the latents decode to
              */
             height: number;
+        };
+        /**
+         * LatentsToImageInvocation
+         * @description Generates an image from latents with an SD-1 or SDXL VAE; `metadata` (core_metadata's) goes into the PNG.
+         */
+        LatentsToImageInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "l2i";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description Latents tensor */
+            latents?: components["schemas"]["LatentsField"];
+            /** @description VAE */
+            vae?: components["schemas"]["VAEField"];
+            /**
+             * Tiled
+             * @description Processing using overlapping tiles (reduce memory consumption)
+             * @default false
+             */
+            tiled: boolean;
+            /**
+             * Tile Size
+             * @description The tile size for VAE tiling in pixels (image space); unused while tiled is false
+             * @default 0
+             */
+            tile_size: number;
+            /**
+             * Fp32
+             * @description Whether or not to use full float32 precision
+             * @default false
+             */
+            fp32: boolean;
         };
         /** LoaderLink */
         LoaderLink: {
@@ -4096,11 +4762,51 @@ export interface components {
             fp8_storage?: boolean | null;
         };
         /**
+         * MainModelLoaderInvocation
+         * @description Loads an SD-1 main model, outputting its submodels (InvokeAI's "Main Model - SD1.5, SD2").
+         */
+        MainModelLoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "main_model_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description Main model (UNet, VAE, CLIP) to load */
+            model?: components["schemas"]["ModelIdentifier"];
+        };
+        /**
          * MetadataField
          * @description InvokeAI's free-form metadata (core_metadata's output): written into an image's invokeai_metadata chunk.
          */
         MetadataField: {
             [key: string]: components["schemas"]["JsonValue"];
+        };
+        /** MetadataOutput */
+        MetadataOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "metadata_output";
+            /** @description Metadata Dict */
+            metadata: components["schemas"]["MetadataField"];
         };
         /**
          * ModelConfig
@@ -4552,6 +5258,26 @@ export interface components {
              */
             user_id: string;
         };
+        /** ModelLoaderOutput */
+        ModelLoaderOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "model_loader_output";
+            /**
+             * UNet
+             * @description UNet (scheduler, LoRAs)
+             */
+            unet: components["schemas"]["UNetField"];
+            /** @description CLIP (tokenizer, text encoder, LoRAs) and skipped layer count */
+            clip: components["schemas"]["CLIPField"];
+            /**
+             * VAE
+             * @description VAE
+             */
+            vae: components["schemas"]["VAEField"];
+        };
         /**
          * ModelRecordChanges
          * @description InvokeAI's ModelRecordChanges, as far as this server takes it: the fields a user sets (name, description,
@@ -4626,6 +5352,86 @@ export interface components {
             /** Field Name */
             field_name: string;
             value: components["schemas"]["JsonValue"];
+        };
+        /**
+         * NoiseInvocation
+         * @description Latent noise for SD-1 and SDXL: torch.randn(1, 4, height/8, width/8) from a generator seeded with `seed`, on
+         *     the CPU (use_cpu) or the device, as InvokeAI and diffusers draw it.
+         */
+        NoiseInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "noise";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Noise Type
+             * @description Architecture-specific noise type.
+             * @default SD
+             * @enum {string}
+             */
+            noise_type: "SD" | "FLUX" | "FLUX.2" | "SD3" | "CogView4" | "Z-Image" | "Anima";
+            /**
+             * Seed
+             * @description Seed for random number generation
+             * @default 0
+             */
+            seed: number;
+            /**
+             * Width
+             * @description Width of output (px)
+             * @default 512
+             */
+            width: number;
+            /**
+             * Height
+             * @description Height of output (px)
+             * @default 512
+             */
+            height: number;
+            /**
+             * Use Cpu
+             * @description Use CPU for noise generation (for reproducible results across platforms)
+             * @default true
+             */
+            use_cpu: boolean;
+        };
+        /** NoiseOutput */
+        NoiseOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "noise_output";
+            /** @description Noise tensor */
+            noise: components["schemas"]["LatentsField"];
+            /**
+             * Width
+             * @description Width of output (px)
+             */
+            width: number;
+            /**
+             * Height
+             * @description Height of output (px)
+             */
+            height: number;
         };
         /** OffsetPaginatedResults[BoardDTO] */
         OffsetPaginatedResults_BoardDTO_: {
@@ -5047,7 +5853,8 @@ export interface components {
         };
         /**
          * RandomIntInvocation
-         * @description A random integer with low <= value < high; the same seed gives the same value.
+         * @description A random integer with low <= value < high. Unseeded (InvokeAI's node) it is a new number each run, and never
+         *     cached; with a seed (this server's addition) the same seed gives the same value.
          */
         RandomIntInvocation: {
             /**
@@ -5086,10 +5893,9 @@ export interface components {
             high: number;
             /**
              * Seed
-             * @description The seed of the random number generator
-             * @default 0
+             * @description The seed of the random number generator; unset: a new number each run
              */
-            seed: number;
+            seed?: number | null;
         };
         /** RemoveImageFromBoardBody */
         RemoveImageFromBoardBody: {
@@ -5333,6 +6139,90 @@ export interface components {
             seed: number;
         };
         /**
+         * SDXLCompelPromptInvocation
+         * @description Encodes a prompt with both of an SDXL model's CLIP text encoders (`style`, where given, is the second's
+         *     prompt), with the micro-conditioning (original size, crop, target size) the UNet is given for it. An empty
+         *     prompt is zero conditioning, as in InvokeAI.
+         */
+        SDXLCompelPromptInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "sdxl_compel_prompt";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Prompt
+             * @description Prompt to be parsed by Compel to create a conditioning tensor. This server reads it as plain text for now: Compel's weighting syntax ((word)1.2, .and(), .blend()) is encoded as the characters it is
+             * @default
+             */
+            prompt: string;
+            /**
+             * Style
+             * @description Prompt to be parsed by Compel to create a conditioning tensor. This server reads it as plain text for now: Compel's weighting syntax ((word)1.2, .and(), .blend()) is encoded as the characters it is
+             * @default
+             */
+            style: string;
+            /**
+             * Original Width
+             * @default 1024
+             */
+            original_width: number;
+            /**
+             * Original Height
+             * @default 1024
+             */
+            original_height: number;
+            /**
+             * Crop Top
+             * @default 0
+             */
+            crop_top: number;
+            /**
+             * Crop Left
+             * @default 0
+             */
+            crop_left: number;
+            /**
+             * Target Width
+             * @default 1024
+             */
+            target_width: number;
+            /**
+             * Target Height
+             * @default 1024
+             */
+            target_height: number;
+            /**
+             * CLIP 1
+             * @description CLIP 1
+             */
+            clip?: components["schemas"]["CLIPField"];
+            /**
+             * CLIP 2
+             * @description CLIP 2
+             */
+            clip2?: components["schemas"]["CLIPField"];
+            /** @description A mask defining the region that this conditioning prompt applies to. */
+            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__1"] | null;
+        };
+        /**
          * SDXLDenoiseInvocation
          * @description Latents denoised by the model's UNet: from noise (text-to-image), or from `latents` (image-to-image), starting
          *     `denoising_strength` of the way into the schedule. Reports every step with a small preview.
@@ -5411,6 +6301,58 @@ export interface components {
              * @enum {string}
              */
             scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
+        };
+        /**
+         * SDXLModelLoaderInvocation
+         * @description Loads an SDXL base model, outputting its submodels (InvokeAI's "Main Model - SDXL").
+         */
+        SDXLModelLoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "sdxl_model_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description SDXL Main model (UNet, VAE, CLIP1, CLIP2) to load */
+            model?: components["schemas"]["ModelIdentifier"];
+        };
+        /** SDXLModelLoaderOutput */
+        SDXLModelLoaderOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "sdxl_model_loader_output";
+            /**
+             * UNet
+             * @description UNet (scheduler, LoRAs)
+             */
+            unet: components["schemas"]["UNetField"];
+            /** @description CLIP (tokenizer, text encoder, LoRAs) and skipped layer count */
+            clip: components["schemas"]["CLIPField"];
+            /** @description CLIP 2 (tokenizer, text encoder, LoRAs) and skipped layer count */
+            clip2: components["schemas"]["CLIPField"];
+            /**
+             * VAE
+             * @description VAE
+             */
+            vae: components["schemas"]["VAEField"];
         };
         /**
          * SDXLTextEncoderInvocation
@@ -5768,17 +6710,6 @@ export interface components {
             }[];
         };
         /**
-         * TensorField
-         * @description InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others).
-         */
-        TensorField: {
-            /**
-             * Tensor Name
-             * @description The name of the tensor in the tensor store
-             */
-            tensor_name: string;
-        };
-        /**
          * TransformerField
          * @description InvokeAI's handle on a model's transformer, as its model-loader nodes pass it to a denoise node: the model
          *     that provides the component (a pipeline, or a lone transformer file).
@@ -5793,6 +6724,36 @@ export interface components {
             loras?: {
                 [key: string]: unknown;
             }[];
+        };
+        /**
+         * UNetField
+         * @description InvokeAI's handle on a model's UNet and its scheduler, as main_model_loader and sdxl_model_loader pass it to
+         *     denoise_latents.
+         */
+        UNetField: {
+            /** @description The model whose UNet this is */
+            unet: components["schemas"]["ModelIdentifier"];
+            /** @description The model whose scheduler config this is */
+            scheduler: components["schemas"]["ModelIdentifier"];
+            /**
+             * Loras
+             * @description InvokeAI's LoRAs; this server takes none yet (empty)
+             */
+            loras?: {
+                [key: string]: unknown;
+            }[];
+            /**
+             * Seamless Axes
+             * @description InvokeAI's seamless tiling axes; this server tiles none yet
+             */
+            seamless_axes?: string[];
+            /**
+             * Freeu Config
+             * @description InvokeAI's FreeU settings; this server has none yet
+             */
+            freeu_config?: {
+                [key: string]: unknown;
+            } | null;
         };
         /** UnstarredImagesResult */
         UnstarredImagesResult: {
@@ -5829,6 +6790,52 @@ export interface components {
              * @description InvokeAI's seamless tiling axes; this server tiles none yet
              */
             seamless_axes?: string[];
+        };
+        /**
+         * VAELoaderInvocation
+         * @description Loads a VAE model, outputting a VaeLoaderOutput: the VAE of the model it names (an SD-1 or SDXL model's).
+         */
+        VAELoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "vae_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * VAE
+             * @description VAE model to load
+             */
+            vae_model?: components["schemas"]["ModelIdentifier"];
+        };
+        /** VAEOutput */
+        VAEOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "vae_output";
+            /**
+             * VAE
+             * @description VAE
+             */
+            vae: components["schemas"]["VAEField"];
         };
         /** ValidationError */
         ValidationError: {
@@ -6477,6 +7484,28 @@ export interface components {
             prompt?: string | null;
             /** @description The Qwen3 encoder (z_image_model_loader) */
             qwen3_encoder?: components["schemas"]["Qwen3EncoderField"];
+        };
+        /**
+         * TensorField
+         * @description InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others).
+         */
+        invokeai__app__nodes__model_fields__TensorField__1: {
+            /**
+             * Tensor Name
+             * @description The name of the tensor
+             */
+            tensor_name: string;
+        };
+        /**
+         * TensorField
+         * @description InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others).
+         */
+        invokeai__app__nodes__model_fields__TensorField__2: {
+            /**
+             * Tensor Name
+             * @description The name of the tensor in the tensor store
+             */
+            tensor_name: string;
         };
     };
     responses: never;

@@ -8,15 +8,16 @@ scheduler, steps and size the image is the pipeline's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from PIL import Image
 
-from invokeai.backend.families.sd_schedulers import img2img_timesteps, step_kwargs
+from invokeai.backend.families.sd_denoise import DenoiseStart, Guidance, pipeline_start, run
 from invokeai.backend.generation.preview import RgbProjection
-from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
+from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, upcast
 
 from .constants import LATENT_SCALE, SIZE_MULTIPLE
 
@@ -60,17 +61,41 @@ class EncoderOutput:
 
 
 @torch.inference_mode()
-def encode_with(text_encoder: Any, tokenizer: Any, prompt: str, device: torch.device | str) -> EncoderOutput:
+def encode_with(
+    text_encoder: Any, tokenizer: Any, prompt: str, device: torch.device | str, skipped_layers: int = 0
+) -> EncoderOutput:
     """One encoder's part of the conditioning, as the pipeline computes it: the prompt padded and truncated to the
-    tokenizer's length, no attention mask, hidden_states[-2]."""
+    tokenizer's length, no attention mask, hidden_states[-2]. `skipped_layers` (InvokeAI's CLIP skip) computes it
+    as InvokeAI does, with the encoder's last layers removed: the penultimate hidden state of what remains, and the
+    pooled projection of what remains' last hidden state through the final layer norm."""
     tokens = tokenizer(
         prompt, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
     )
-    output = text_encoder(tokens.input_ids.to(device), output_hidden_states=True)
+    input_ids = tokens.input_ids.to(device)
+    output = text_encoder(input_ids, output_hidden_states=True)
     # The pipeline takes the pooled output from the encoder whose first output is 2-D (the projecting one).
     first = output[0]
     pooled = first if first.ndim == 2 else None
-    return EncoderOutput(hidden=output.hidden_states[-2], pooled=pooled)
+    if skipped_layers == 0:
+        return EncoderOutput(hidden=output.hidden_states[-2], pooled=pooled)
+    layers = len(output.hidden_states) - 1
+    if skipped_layers > layers - 1:
+        raise ValueError(f"CLIP skip {skipped_layers} leaves no penultimate layer of the encoder's {layers} layers")
+    if pooled is not None:
+        pooled = _projected(text_encoder, input_ids, output.hidden_states[-(skipped_layers + 1)])
+    return EncoderOutput(hidden=output.hidden_states[-(skipped_layers + 2)], pooled=pooled)
+
+
+def _projected(text_encoder: Any, input_ids: torch.Tensor, last_hidden: torch.Tensor) -> torch.Tensor:
+    """CLIPTextModelWithProjection's text_embeds for a last hidden state: through the final layer norm, the end
+    token's vector (transformers' pooling: the highest id for the original CLIP vocabulary, whose end token is its
+    highest; else the first end token), projected."""
+    model = text_encoder.text_model
+    normed = model.final_layer_norm(last_hidden)
+    eos = getattr(model, "eos_token_id", 2)
+    index = input_ids.argmax(dim=-1) if eos == 2 else (input_ids == eos).int().argmax(dim=-1)
+    pooled = normed[torch.arange(normed.shape[0], device=normed.device), index.to(normed.device)]
+    return text_encoder.text_projection(pooled)
 
 
 def join(
@@ -178,31 +203,22 @@ def denoise(
         raise ValueError(f"steps must be at least 1, got {steps}")
     if not 0.0 <= strength <= 1.0:
         raise ValueError(f"strength must be within [0, 1], got {strength}")
-    if unet.config.time_cond_proj_dim is not None:
-        raise ValueError("UNets with a guidance embedding (time_cond_proj_dim, e.g. LCM) are not supported")
+    _check_unet(unet)
     device = torch.device(device)
     scheduler = fresh_scheduler(scheduler)
-    generator = seeded_generator(seed)
     shape = (1, unet.config.in_channels, height // LATENT_SCALE, width // LATENT_SCALE)
-
-    scheduler.set_timesteps(steps, device=device)
-    if init_latents is None:
-        timesteps = scheduler.timesteps
-        latents = seeded_noise(shape, generator, device, dtype) * scheduler.init_noise_sigma
-        if hasattr(scheduler, "set_begin_index"):
-            scheduler.set_begin_index(0)
-    else:
-        if tuple(init_latents.shape) != shape:
-            raise ValueError(f"init_latents have shape {tuple(init_latents.shape)}; {width}x{height} needs {shape}")
-        timesteps = img2img_timesteps(scheduler, steps, strength)
-        if len(timesteps) == 0:
-            raise ValueError(f"strength {strength} keeps none of the {steps} steps; raise the strength or the steps")
-        # The img2img pipeline drew the VAE posterior sample (vae_encode) from this same generator first; its noise
-        # is the generator's next draw.
-        seeded_noise(shape, generator, "cpu", dtype)
-        noise = seeded_noise(shape, generator, device, dtype)
-        latents = scheduler.add_noise(init_latents.to(device=device, dtype=dtype), noise, timesteps[:1].repeat(1))
-
+    start = pipeline_start(
+        scheduler,
+        shape=shape,
+        steps=steps,
+        generator=seeded_generator(seed),
+        device=device,
+        dtype=dtype,
+        init_latents=init_latents,
+        strength=strength,
+        begin_at_zero=True,
+        require_steps=True,
+    )
     guided = cfg_scale > 1.0
     if guided and negative is None:
         negative = SdxlConditioning(torch.zeros_like(positive.embeds), torch.zeros_like(positive.pooled))
@@ -211,29 +227,87 @@ def denoise(
     aesthetic = requires_aesthetics_score and init_latents is not None
     scores = (AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE) if aesthetic else (None, None)
     time_ids = add_time_ids(unet, width, height, projection_dim, embed_dtype, device, scores[0])
+    negative_time_ids = None
     if guided:
-        assert negative is not None
-        embeds = torch.cat([negative.embeds, positive.embeds])
-        pooled = torch.cat([negative.pooled, positive.pooled])
         negative_time_ids = add_time_ids(unet, width, height, projection_dim, embed_dtype, device, scores[1])
-        time_ids = torch.cat([negative_time_ids, time_ids])
+    return denoise_from(
+        unet,
+        scheduler,
+        start,
+        positive=positive,
+        negative=negative if guided else None,
+        time_ids=time_ids,
+        negative_time_ids=negative_time_ids,
+        cfg_scale=cfg_scale,
+        on_step=on_step,
+    )
+
+
+def _check_unet(unet: Any) -> None:
+    if unet.config.time_cond_proj_dim is not None:
+        raise ValueError("UNets with a guidance embedding (time_cond_proj_dim, e.g. LCM) are not supported")
+
+
+def check_time_ids(unet: Any, time_ids: torch.Tensor, projection_dim: int) -> None:
+    """Refuse micro-conditioning of a width the UNet's add embedding does not take (a refiner's aesthetic-score
+    time ids on a base UNet, or the reverse), as the pipeline checks it, rather than fail inside the UNet."""
+    time_dim = unet.config.addition_time_embed_dim
+    passed = time_dim * time_ids.shape[-1] + projection_dim
+    expected = unet.add_embedding.linear_1.in_features
+    if passed != expected:
+        raise ValueError(
+            f"the UNet's add embedding takes {expected} features, but {time_ids.shape[-1]} time ids x "
+            f"addition_time_embed_dim {time_dim} + the pooled embedding's {projection_dim} = {passed}"
+        )
+
+
+@torch.inference_mode()
+def denoise_from(
+    unet: Any,
+    scheduler: Any,
+    start: DenoiseStart,
+    *,
+    positive: SdxlConditioning,
+    negative: SdxlConditioning | None,
+    time_ids: torch.Tensor,
+    negative_time_ids: torch.Tensor | None,
+    cfg_scale: float | Sequence[float],
+    cfg_rescale: float = 0.0,
+    on_step: StepCallback | None = None,
+) -> torch.Tensor:
+    """The latents the loop makes from `start` (sdxl_denoise's `pipeline_start`, or denoise_latents'
+    `invokeai_start`, on this same `scheduler`). `time_ids` (1, n) are the micro-conditioning of the positive, and
+    `negative_time_ids` of the negative; `negative` None: no guidance. `cfg_rescale` > 0 rescales the guidance
+    (InvokeAI's cfg_rescale_multiplier)."""
+    _check_unet(unet)
+    device = start.latents.device
+    guided = negative is not None
+    if guided and negative_time_ids is None:
+        raise ValueError("guidance needs the negative conditioning's time ids")
+    check_time_ids(unet, time_ids, int(positive.pooled.shape[-1]))
+    embed_dtype = positive.embeds.dtype
+    time_ids = time_ids.to(device=device, dtype=embed_dtype)
+    if guided:
+        assert negative is not None and negative_time_ids is not None
+        check_time_ids(unet, negative_time_ids, int(negative.pooled.shape[-1]))
+        pooled = torch.cat([negative.pooled, positive.pooled]).to(device)
+        both_time_ids = torch.cat([negative_time_ids.to(device=device, dtype=embed_dtype), time_ids])
     else:
-        embeds, pooled = positive.embeds, positive.pooled
-    added = {"text_embeds": pooled.to(device), "time_ids": time_ids}
-    embeds = embeds.to(device)
-    extra_step_kwargs = step_kwargs(scheduler, generator)
-    total = len(timesteps)
-    for index, t in enumerate(timesteps):
-        model_input = torch.cat([latents] * 2) if guided else latents
-        model_input = scheduler.scale_model_input(model_input, t)
-        noise_pred = unet(model_input, t, encoder_hidden_states=embeds, added_cond_kwargs=added, return_dict=False)[0]
-        if guided:
-            uncond, cond = noise_pred.chunk(2)
-            noise_pred = uncond + cfg_scale * (cond - uncond)
-        latents = scheduler.step(noise_pred, t, latents, **extra_step_kwargs, return_dict=False)[0]
-        if on_step is not None:
-            on_step(index + 1, total, latents)
-    return latents
+        pooled = positive.pooled.to(device)
+
+    def unet_kwargs(batched: bool) -> dict[str, Any]:
+        if batched:
+            return {"added_cond_kwargs": {"text_embeds": pooled, "time_ids": both_time_ids}}
+        return {"added_cond_kwargs": {"text_embeds": pooled, "time_ids": time_ids}}
+
+    guidance = Guidance(
+        positive=positive.embeds.to(device),
+        negative=negative.embeds.to(device) if negative is not None else None,
+        cfg_scale=cfg_scale,
+        rescale=cfg_rescale,
+        unet_kwargs=unet_kwargs,
+    )
+    return run(unet, scheduler, start, guidance, on_step)
 
 
 def _image_processor(vae: Any) -> Any:
@@ -267,27 +341,11 @@ def encode_upcasts(vae: Any) -> bool:
     return vae.dtype != torch.float32 and bool(getattr(vae.config, "force_upcast", False))
 
 
-class _Upcast:
-    """The VAE in fp32 while the block runs, back in its own dtype after, as the pipelines do it (in place: the
-    fp32 weights replace the 16-bit ones for that time)."""
-
-    def __init__(self, vae: Any, active: bool) -> None:
-        self.vae, self.active, self.dtype = vae, active, vae.dtype
-
-    def __enter__(self) -> Any:
-        if self.active:
-            self.vae.to(dtype=torch.float32)
-        return self.vae
-
-    def __exit__(self, *_: object) -> None:
-        if self.active:
-            self.vae.to(dtype=self.dtype)
-
-
 @torch.inference_mode()
-def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
-    """The RGB image the pipeline returns for these latents."""
-    with _Upcast(vae, decode_upcasts(vae)):
+def vae_decode(vae: Any, latents: torch.Tensor, fp32: bool = False) -> Image.Image:
+    """The RGB image the pipeline returns for these latents. `fp32`: decode in float32 whatever the VAE's dtype
+    (InvokeAI's l2i option)."""
+    with upcast(vae, fp32 or decode_upcasts(vae)):
         latents = latents.to(device=vae.device, dtype=vae.dtype)
         stats = _latent_stats(vae, latents)
         if stats is not None:
@@ -300,15 +358,25 @@ def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
 
 
 @torch.inference_mode()
-def vae_encode(vae: Any, image: Image.Image, seed: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+def vae_encode(
+    vae: Any,
+    image: Image.Image,
+    seed: int,
+    dtype: torch.dtype | None = None,
+    fp32: bool = False,
+    compensation: tuple[float, float] | None = None,
+) -> torch.Tensor:
     """Scaled latents of `image` in `dtype` (default: the VAE's), sampled from the VAE posterior with the seed's
     generator, as the img2img pipeline prepares them. Pass the same seed to `denoise`, whose noise then continues
-    that generator's stream."""
+    that generator's stream. `fp32`: encode in float32 (InvokeAI's i2l option); `compensation`: (scale, offset) of
+    the normalised pixels first (InvokeAI's SDXL colour compensation)."""
     dtype = dtype or vae.dtype
     pixels = _image_processor(vae).preprocess(image).to(device=vae.device, dtype=dtype)
-    upcast = encode_upcasts(vae)
-    with _Upcast(vae, upcast):
-        if upcast:
+    if compensation is not None:
+        pixels = pixels * compensation[0] + compensation[1]
+    active = fp32 or encode_upcasts(vae)
+    with upcast(vae, active):
+        if active:
             pixels = pixels.float()
         sample = vae.encode(pixels).latent_dist.sample(seeded_generator(seed))
     latents = sample.to(dtype)
