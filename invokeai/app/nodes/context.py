@@ -78,10 +78,13 @@ class InvocationContext:
         self.check_canceled()
         self._on_progress(step, total, preview)
 
-    def save_image(self, image: Image.Image, metadata: dict[str, Any] | None = None) -> ImageField:
+    def save_image(
+        self, image: Image.Image, metadata: dict[str, Any] | None = None, board_id: str | None = None
+    ) -> ImageField:
         """Store a generated image, recorded with the session and node that made it, with the graph, the batch's
         workflow and `metadata` (the generation's settings: InvokeAI's core_metadata) embedded in the PNG. An
-        image of a node marked is_intermediate is kept out of the gallery's lists, as InvokeAI does."""
+        image of a node marked is_intermediate is kept out of the gallery's lists, as InvokeAI does. board_id: the
+        board it goes on (one that exists), or None."""
         record = self.images.save(
             image,
             origin="generated",
@@ -91,6 +94,7 @@ class InvocationContext:
             workflow=self.workflow,
             graph=self.graph,
             is_intermediate=self.is_intermediate,
+            board_id=board_id,
         )
         return ImageField(image_name=record.image_name)
 

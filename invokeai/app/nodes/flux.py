@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, ImageField, InputField, InvocationContext, OutputField
 from invokeai.app.nodes.family_nodes import FamilyNode, size_input
-from invokeai.app.nodes.image import ImageOutput
+from invokeai.app.nodes.image import BoardField, ImageOutput, board_input, metadata_input
 from invokeai.app.nodes.model_fields import (
     SEED_MAX,
     CLIPField,
@@ -388,9 +388,8 @@ class FluxVaeDecodeInvocation(FluxNode):
     type: Literal["flux_vae_decode"] = "flux_vae_decode"
     latents: LatentsField = InputField(description="The latents to decode (flux_denoise)")
     vae: VAEField = InputField(description="The VAE (flux_model_loader)")
-    metadata: MetadataField | None = InputField(
-        default=None, description="The generation's settings (core_metadata), written into the image"
-    )
+    metadata: MetadataField | None = metadata_input()
+    board: BoardField | None = board_input()
 
     def invoke(self, context: InvocationContext) -> ImageOutput:
         vae = _component(context, self.vae.vae, "vae")
@@ -399,8 +398,7 @@ class FluxVaeDecodeInvocation(FluxNode):
         height, width = (side * scale for side in latents.shape[-2:])
         with context.models.on_device(vae, "vae_decode", width=width, height=height) as module:
             image = self.backend().vae_decode(module, latents)
-        metadata = self.metadata.root if self.metadata is not None else None
-        return ImageOutput.of(context.save_image(image, metadata=metadata), image)
+        return ImageOutput.saved(context, image, metadata=self.metadata, board=self.board)
 
 
 class FluxVaeEncodeInvocation(FluxNode):

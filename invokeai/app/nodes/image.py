@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from PIL import Image, ImageColor
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import (
     BaseInvocation,
@@ -24,6 +24,24 @@ MAX_DIMENSION = 8192
 HEX_COLOR_PATTERN = r"^#[0-9a-fA-F]{6}([0-9a-fA-F]{2})?$"
 
 
+class BoardField(BaseModel):
+    """InvokeAI's board of an image (its `board` input on image nodes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    board_id: str = Field(max_length=255, description="The id of the board; 'none': no board")
+
+
+def board_input() -> Any:
+    """InvokeAI's `board` input of an image node: set in the graph, not connected."""
+    return InputField(default=None, input=Input.DIRECT, description="The board to save the image to")
+
+
+def metadata_input() -> Any:
+    """InvokeAI's `metadata` input of an image node: core_metadata's output, written into the PNG."""
+    return InputField(default=None, input=Input.CONNECTION, description="Optional metadata to be saved with the image")
+
+
 class ImageOutput(BaseInvocationOutput):
     type: Literal["image_output"] = "image_output"
     image: ImageField = OutputField(description="The output image")
@@ -33,6 +51,21 @@ class ImageOutput(BaseInvocationOutput):
     @classmethod
     def of(cls, field: ImageField, image: Image.Image) -> ImageOutput:
         return cls(image=field, width=image.width, height=image.height)
+
+    @classmethod
+    def saved(
+        cls,
+        context: InvocationContext,
+        image: Image.Image,
+        *,
+        metadata: MetadataField | None = None,
+        board: BoardField | None = None,
+    ) -> ImageOutput:
+        """`image` stored as the node's result, with InvokeAI's `metadata` input in the PNG and on its `board`
+        input's board ('none', as InvokeAI's clients spell no board, puts it on none)."""
+        board_id = board.board_id if board is not None and board.board_id != "none" else None
+        stored = context.save_image(image, metadata=metadata.root if metadata is not None else None, board_id=board_id)
+        return cls.of(stored, image)
 
 
 class ResampleMode(StrEnum):
@@ -52,6 +85,8 @@ class BlankImageInvocation(BaseInvocation):
     """A new image filled with one color; "#rrggbbaa" makes an RGBA image, "#rrggbb" an RGB one."""
 
     type: Literal["blank_image"] = "blank_image"
+    board: BoardField | None = board_input()
+    metadata: MetadataField | None = metadata_input()
     width: int = InputField(default=512, ge=1, le=MAX_DIMENSION, description="The width of the image")
     height: int = InputField(default=512, ge=1, le=MAX_DIMENSION, description="The height of the image")
     color: str = InputField(
@@ -62,7 +97,7 @@ class BlankImageInvocation(BaseInvocation):
         mode = "RGBA" if len(self.color) == 9 else "RGB"
         image = Image.new(mode, (self.width, self.height), ImageColor.getcolor(self.color, mode))
         context.check_canceled()
-        return ImageOutput.of(context.save_image(image), image)
+        return ImageOutput.saved(context, image, metadata=self.metadata, board=self.board)
 
 
 class ImageResizeInvocation(BaseInvocation):
@@ -105,34 +140,6 @@ class ImageBlendInvocation(BaseInvocation):
         return ImageOutput.of(context.save_image(blended), blended)
 
 
-class BoardField(BaseModel):
-    """InvokeAI's board of an image (its `board` input on image nodes)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    board_id: str = Field(description="The id of the board")
-
-
-def _no_board(value: BoardField | None) -> BoardField | None:
-    # Boards are not in this branch of the server yet; a client that asks for one is told rather than ignored.
-    if value is not None:
-        raise ValueError("adding an image to a board from a graph is not supported by this server yet; send null")
-    return value
-
-
-NoBoard = Annotated[BoardField | None, AfterValidator(_no_board)]
-
-
-def board_input() -> Any:
-    """InvokeAI's `board` input of an image node: set in the graph, not connected."""
-    return InputField(default=None, input=Input.DIRECT, description="The board to save the image to")
-
-
-def metadata_input() -> Any:
-    """InvokeAI's `metadata` input of an image node: core_metadata's output, written into the PNG."""
-    return InputField(default=None, input=Input.CONNECTION, description="Optional metadata to be saved with the image")
-
-
 PilResample = Literal["nearest", "box", "bilinear", "hamming", "bicubic", "lanczos"]
 
 
@@ -140,7 +147,7 @@ class ImgResizeInvocation(BaseInvocation):
     """InvokeAI's img_resize: the image resized to exactly width x height (with its metadata in the PNG)."""
 
     type: Literal["img_resize"] = "img_resize"
-    board: NoBoard = board_input()
+    board: BoardField | None = board_input()
     metadata: MetadataField | None = metadata_input()
     image: ImageField = InputField(description="The image to resize")
     width: int = InputField(default=512, gt=0, le=MAX_DIMENSION, description="The width to resize to (px)")
@@ -152,5 +159,4 @@ class ImgResizeInvocation(BaseInvocation):
         context.check_canceled()
         resized = image.resize((self.width, self.height), resample=ResampleMode(self.resample_mode).pil)
         context.check_canceled()
-        metadata = self.metadata.root if self.metadata is not None else None
-        return ImageOutput.of(context.save_image(resized, metadata=metadata), resized)
+        return ImageOutput.saved(context, resized, metadata=self.metadata, board=self.board)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from invokeai.app.nodes.image import ImageOutput
-from invokeai.app.nodes.model_fields import LatentsField, LatentsOutput
+from invokeai.app.nodes.image import BoardField, ImageOutput
+from invokeai.app.nodes.model_fields import LatentsField, LatentsOutput, MetadataField
 
 logger = logging.getLogger(__name__)
 
@@ -159,9 +159,12 @@ def decode_latents(
     kind: TensorKind,
     latents_name: str,
     vae_decode: Callable[[Any, torch.Tensor], Image.Image],
+    *,
+    metadata: MetadataField | None = None,
+    board: BoardField | None = None,
 ) -> ImageOutput:
-    """The image `vae_decode` makes from the stored latents with `record`'s VAE, saved, with the working memory
-    for a decode of that size reserved."""
+    """The image `vae_decode` makes from the stored latents with `record`'s VAE, saved (with InvokeAI's metadata
+    and board inputs, where the node has them), with the working memory for a decode of that size reserved."""
     from invokeai.backend.families import get_family
 
     (latents,) = kind.load(context, latents_name)
@@ -169,4 +172,4 @@ def decode_latents(
     height, width = (side * latent_scale for side in latents.shape[-2:])
     with context.models.on_device(record, "vae_decode", width=width, height=height) as vae:
         image = vae_decode(vae, latents)
-    return ImageOutput.of(context.save_image(image), image)
+    return ImageOutput.saved(context, image, metadata=metadata, board=board)

@@ -21,7 +21,14 @@ from invokeai.app.nodes import sdxl as sdxl_nodes
 from invokeai.app.nodes.base import BaseInvocation, BaseInvocationOutput, Input, InputField, OutputField
 from invokeai.app.nodes.context import InvocationContext
 from invokeai.app.nodes.fields import ImageField
-from invokeai.app.nodes.image import MAX_DIMENSION, ImageOutput, MetadataField, NoBoard, board_input, metadata_input
+from invokeai.app.nodes.image import (
+    MAX_DIMENSION,
+    BoardField,
+    ImageOutput,
+    MetadataField,
+    board_input,
+    metadata_input,
+)
 from invokeai.app.nodes.model_fields import (
     SEED_MAX,
     CLIPField,
@@ -609,7 +616,7 @@ class LatentsToImageInvocation(BaseInvocation):
     """Generates an image from latents with an SD-1 or SDXL VAE; `metadata` (core_metadata's) goes into the PNG."""
 
     type: Literal["l2i"] = "l2i"
-    board: NoBoard = board_input()
+    board: BoardField | None = board_input()
     metadata: MetadataField | None = metadata_input()
     latents: LatentsField = InputField(description="Latents tensor", input=Input.CONNECTION)
     vae: VAEField = InputField(description="VAE", input=Input.CONNECTION)
@@ -631,8 +638,7 @@ class LatentsToImageInvocation(BaseInvocation):
         height, width = (side * LATENT_SCALE for side in latents.shape[-2:])
         with context.models.on_device(source, "vae_decode", width=width, height=height) as vae:
             image = _generation(source.family).vae_decode(vae, latents, fp32=self.fp32)
-        metadata = self.metadata.root if self.metadata is not None else None
-        return ImageOutput.of(context.save_image(image, metadata=metadata), image)
+        return ImageOutput.saved(context, image, metadata=self.metadata, board=self.board)
 
 
 # InvokeAI's SDXL color compensation: the scale and offset of the normalised pixels before an SDXL VAE encodes.

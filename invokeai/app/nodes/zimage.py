@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, ImageField, InputField, InvocationContext, OutputField
 from invokeai.app.nodes.family_nodes import FamilyNode, size_input
-from invokeai.app.nodes.image import ImageOutput
+from invokeai.app.nodes.image import BoardField, ImageOutput, board_input, metadata_input
 from invokeai.app.nodes.model_fields import (
     SEED_MAX,
     LatentsField,
     LatentsOutput,
+    MetadataField,
     ModelIdentifier,
     NoLoras,
     TransformerField,
@@ -233,12 +234,22 @@ class ZImageLatentsToImageInvocation(ZImageNode):
     """The image the VAE decodes from Z-Image latents."""
 
     type: Literal["z_image_l2i"] = "z_image_l2i"
+    board: BoardField | None = board_input()
+    metadata: MetadataField | None = metadata_input()
     latents: LatentsField = InputField(description="The latents to decode (z_image_denoise)")
     vae: VAEField = InputField(description="The VAE (z_image_model_loader)")
 
     def invoke(self, context: InvocationContext) -> ImageOutput:
         vae = context.models.resolve(self.vae.vae)
-        return decode_latents(context, vae, LATENTS, self.latents.latents_name, self.backend().vae_decode)
+        return decode_latents(
+            context,
+            vae,
+            LATENTS,
+            self.latents.latents_name,
+            self.backend().vae_decode,
+            metadata=self.metadata,
+            board=self.board,
+        )
 
 
 class ZImageImageToLatentsInvocation(ZImageNode):

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from invokeai.app.services.database import Database, Row
-from invokeai.app.services.images import ASSET_CATEGORIES, IMAGE_CATEGORIES, Direction
+from invokeai.app.services.images import ASSET_CATEGORIES, IMAGE_CATEGORIES, BoardNotFoundError, Direction
 from invokeai.app.services.timestamps import now_iso
 
 # InvokeAI's bound on a board's name.
@@ -50,15 +50,6 @@ class BoardChanges(BaseModel):
         default=None, max_length=255, description="An image on the board to show as its cover"
     )
     archived: bool | None = Field(default=None, description="Whether the board is archived")
-
-
-class BoardNotFoundError(KeyError):
-    def __init__(self, board_id: object) -> None:
-        super().__init__(board_id)
-        self.board_id = board_id
-
-    def __str__(self) -> str:
-        return f"board {self.board_id!r} not found"
 
 
 class TooManyBoardsError(RuntimeError):

@@ -123,6 +123,16 @@ class ImageFilters:
     search_term: str | None = None
 
 
+# Here rather than in boards.py (which reads images): an image saved onto a board checks that it exists.
+class BoardNotFoundError(KeyError):
+    def __init__(self, board_id: object) -> None:
+        super().__init__(board_id)
+        self.board_id = board_id
+
+    def __str__(self) -> str:
+        return f"board {self.board_id!r} not found"
+
+
 class ImageNotFoundError(KeyError):
     def __init__(self, name: object) -> None:
         super().__init__(name)
@@ -374,6 +384,8 @@ class ImageService:
                 )
                 if board_id is not None:
                     # In the same transaction: an image is never stored without the board it was meant for.
+                    if cursor.execute("SELECT 1 FROM boards WHERE board_id = ?", (board_id,)).fetchone() is None:
+                        raise BoardNotFoundError(board_id)
                     cursor.execute(
                         "INSERT INTO board_images (image_name, board_id, created_at) VALUES (?, ?, ?)",
                         (record.image_name, board_id, now),

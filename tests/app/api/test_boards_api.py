@@ -190,3 +190,28 @@ def test_deleting_a_board_keeps_its_images_unless_asked(client: TestClient) -> N
     assert all(client.get(f"/api/v1/images/i/{name}").status_code == 404 for name in gone)
     assert sorted(client.get(f"{BOARDS}/none/image_names").json()) == sorted(kept)
     assert client.delete(f"{BOARDS}/{board}").status_code == 404
+
+
+def test_an_image_node_puts_its_image_on_the_board_its_board_input_names(client: TestClient) -> None:
+    """InvokeAI's `board` input of image nodes: the image goes on that board; 'none' (the py-client's word) and no
+    board leave it uncategorized; a board that does not exist fails the item, naming it."""
+    from api_support import enqueue, wait_finished
+
+    board = create(client, "From graphs")
+
+    def made(board_field: Any) -> dict[str, Any]:
+        node: dict[str, Any] = {"id": "b", "type": "blank_image", "width": 8, "height": 8}
+        if board_field is not None:
+            node["board"] = board_field
+        response = enqueue(client, {"id": "g", "nodes": {"b": node}, "edges": []})
+        assert response.status_code == 200, response.text
+        return wait_finished(client, response.json()["item_ids"][0])
+
+    on_board = made({"board_id": board["board_id"]})["session"]["results"]["b"]["image"]["image_name"]
+    loose = made({"board_id": "none"})["session"]["results"]["b"]["image"]["image_name"]
+    unset = made(None)["session"]["results"]["b"]["image"]["image_name"]
+    assert client.get(f"{BOARDS}/{board['board_id']}/image_names").json() == [on_board]
+    assert client.get(f"/api/v1/images/i/{on_board}").json()["board_id"] == board["board_id"]
+    assert {client.get(f"/api/v1/images/i/{name}").json()["board_id"] for name in (loose, unset)} == {None}
+    failed = made({"board_id": "no-such-board"})
+    assert failed["status"] == "failed" and "no-such-board" in failed["error_message"]

@@ -351,7 +351,6 @@ def _parse_error(graph: dict[str, Any]) -> str:
         ("denoise_latents:abc", "cfg_rescale_multiplier", 1.0, "less than 1"),
         ("compel", "mask", {"tensor_name": "m"}, "regional prompt masks are not supported"),
         (OUTPUT, "tiled", True, "tiled VAE decoding and encoding is not supported"),
-        (OUTPUT, "board", {"board_id": "b"}, "adding an image to a board from a graph is not supported"),
         ("noise:abc", "noise_type", "FLUX", "noise_type 'FLUX' is not made by this server's noise node yet"),
         ("noise:abc", "width", 60, "multiple of 8"),
     ],

@@ -65,7 +65,7 @@ INPUTS: dict[str, dict[str, Any]] = {
         "dype_scale": None,
         "dype_exponent": None,
     },
-    "flux_vae_decode": {"latents": REQUIRED, "vae": REQUIRED, "metadata": None},
+    "flux_vae_decode": {"latents": REQUIRED, "vae": REQUIRED, "metadata": None, "board": None},
     "flux_vae_encode": {"image": REQUIRED, "vae": REQUIRED},
 }
 OUTPUTS = {
@@ -117,7 +117,7 @@ def test_the_table_is_invokeai_6_14_2s_openapi_document() -> None:
     for node_type, name in names.items():
         properties = schemas[name]["properties"]
         # InvokeAI documents every input as optional (an edge may feed it): its default there is null or the value.
-        documented = {k: v.get("default") for k, v in properties.items() if k not in NODE_FIELDS | {"board"}}
+        documented = {k: v.get("default") for k, v in properties.items() if k not in NODE_FIELDS}
         table = {k: None if v is REQUIRED else v for k, v in INPUTS[node_type].items()}
         assert documented == table, node_type
     assert schemas["FluxDenoiseInvocation"]["properties"]["scheduler"]["enum"] == ["euler", "heun", "lcm"]

@@ -1981,6 +1981,10 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
             /**
              * Width
              * @description The width of the image
@@ -2094,7 +2098,7 @@ export interface components {
         BoardField: {
             /**
              * Board Id
-             * @description The id of the board
+             * @description The id of the board; 'none': no board
              */
             board_id: string;
         };
@@ -3433,8 +3437,10 @@ export interface components {
             latents?: components["schemas"]["LatentsField"];
             /** @description The VAE (flux_model_loader) */
             vae?: components["schemas"]["VAEField"];
-            /** @description The generation's settings (core_metadata), written into the image */
+            /** @description Optional metadata to be saved with the image */
             metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
         };
         /**
          * FluxVaeEncodeInvocation
@@ -7394,6 +7400,10 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
             /** @description The latents to decode (z_image_denoise) */
             latents?: components["schemas"]["LatentsField"];
             /** @description The VAE (z_image_model_loader) */
