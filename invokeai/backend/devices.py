@@ -38,6 +38,20 @@ def _cuda_bf16_native(device: torch.device) -> bool:
         return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+def available_devices() -> list[tuple[str, str]]:
+    """Every device this machine could generate on, as (the generation_devices entry naming it, a name for people):
+    each CUDA (or ROCm) GPU by index, Apple's MPS, each Intel XPU, and the CPU."""
+    found = []
+    if torch.cuda.is_available():
+        found += [(f"cuda:{index}", torch.cuda.get_device_name(index)) for index in range(torch.cuda.device_count())]
+    if _mps_available():
+        found.append(("mps", "Apple MPS"))
+    if _xpu_available():
+        found += [(f"xpu:{index}", torch.xpu.get_device_name(index)) for index in range(torch.xpu.device_count())]
+    found.append(("cpu", "CPU"))
+    return found
+
+
 def choose_device(setting: str) -> torch.device:
     """`auto` picks CUDA (ROCm included), then XPU, then MPS, then the CPU; anything else must name an available
     device (`cpu`, `cuda`, `cuda:N`, `mps`, `xpu`, `xpu:N`), so a typo or a missing GPU fails at startup rather than

@@ -24,7 +24,9 @@ OPERATIONS = """
 GET /api/v1/app/version                GET /api/v1/app/runtime_config        GET /api/v1/app/app_deps
 GET /api/v1/app/invocation_cache/status DELETE /api/v1/app/invocation_cache  PUT /api/v1/app/invocation_cache/enable
 PUT /api/v1/app/invocation_cache/disable GET /api/v1/app/logging             POST /api/v1/app/logging
-GET /api/v1/app/patchmatch_status      GET /api/v1/auth/status
+GET /api/v1/app/patchmatch_status      GET /api/v1/auth/status               GET /api/v1/app/generation_device_options
+GET /api/v1/gallery/item_names         GET /api/v1/style_presets/            GET /api/v1/system_prompts/
+GET /api/v1/videos/                    POST /api/v1/model_relationships/batch
 POST /api/v1/queue/{queue_id}/enqueue_batch       GET /api/v1/queue/{queue_id}/list_all
 GET /api/v1/queue/{queue_id}/item_ids             POST /api/v1/queue/{queue_id}/items_by_ids
 GET /api/v1/queue/{queue_id}/current              GET /api/v1/queue/{queue_id}/next

@@ -45,3 +45,12 @@ def test_left_out_parts_answer_empty(client: TestClient) -> None:
     assert client.post("/api/v1/model_relationships/batch", json={"model_keys": ["a", "b"]}).json() == []
     refused = client.post("/api/v1/model_relationships/batch", json={"model_keys": "a"})
     assert refused.status_code == 422 and "model_keys" in refused.text
+
+
+def test_generation_device_options_name_this_machines_devices(client: TestClient) -> None:
+    import torch
+
+    options = client.get("/api/v1/app/generation_device_options").json()
+    assert options[-1] == {"device": "cpu", "name": "CPU"}
+    cuda = [o["device"] for o in options if o["device"].startswith("cuda")]
+    assert cuda == [f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)]

@@ -200,6 +200,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/app/generation_device_options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Generation Device Options
+         * @description The devices this machine could generate on, for the generation_devices setting (InvokeAI's web UI lists
+         *     them in its settings).
+         */
+        get: operations["get_generation_device_options"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/app/attention": {
         parameters: {
             query?: never;
@@ -3506,6 +3527,19 @@ export interface components {
              */
             total_count: number;
         };
+        /** GenerationDeviceOption */
+        GenerationDeviceOption: {
+            /**
+             * Device
+             * @description The device as generation_devices names it: cuda:0, mps, xpu:0 or cpu.
+             */
+            device: string;
+            /**
+             * Name
+             * @description The device's name, for people.
+             */
+            name: string;
+        };
         /** Graph */
         Graph: {
             /**
@@ -5538,6 +5572,13 @@ export interface components {
              */
             items: components["schemas"]["WorkflowRecordListItemWithThumbnailDTO"][];
         };
+        /** PresetData */
+        PresetData: {
+            /** Positive Prompt */
+            positive_prompt: string;
+            /** Negative Prompt */
+            negative_prompt: string;
+        };
         /** ProcessorStatus */
         ProcessorStatus: {
             /**
@@ -6698,6 +6739,40 @@ export interface components {
              */
             value: string;
         };
+        /** StylePresetRecordWithImage */
+        StylePresetRecordWithImage: {
+            /** Name */
+            name: string;
+            preset_data: components["schemas"]["PresetData"];
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "user" | "default";
+            /** Id */
+            id: string;
+            /** User Id */
+            user_id: string;
+            /** Image */
+            image: string | null;
+        };
+        /** SystemPromptRecordDTO */
+        SystemPromptRecordDTO: {
+            /** Name */
+            name: string;
+            /** Content */
+            content: string;
+            /** Id */
+            id: string;
+            /** User Id */
+            user_id: string;
+            /** Is Public */
+            is_public: boolean;
+            /** Created At */
+            created_at: string;
+            /** Updated At */
+            updated_at: string;
+        };
         /**
          * T5EncoderField
          * @description InvokeAI's handle on a T5 text encoder and its tokenizer.
@@ -7841,6 +7916,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": unknown;
+                };
+            };
+            /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_generation_device_options: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerationDeviceOption"][];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
@@ -11065,9 +11167,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    }[];
+                    "application/json": components["schemas"]["StylePresetRecordWithImage"][];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */
@@ -11094,9 +11194,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    }[];
+                    "application/json": components["schemas"]["SystemPromptRecordDTO"][];
                 };
             };
             /** @description The server's api_token setting is set, and the request lacks 'Authorization: Bearer <it>'. */

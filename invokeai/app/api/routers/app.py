@@ -22,6 +22,7 @@ from invokeai.app.services.invocation_cache import InvocationCacheStatus
 from invokeai.app.services.session_processor import WorkerInfo
 from invokeai.app.version import app_version
 from invokeai.backend.attention import AttentionStats, attention_stats
+from invokeai.backend.devices import available_devices
 from invokeai.backend.families import FAMILIES, Family
 
 router = APIRouter(prefix="/app", tags=["app"], route_class=ApiRoute)
@@ -143,6 +144,18 @@ def enable_invocation_cache(services: AppServices) -> None:
 def disable_invocation_cache(services: AppServices) -> None:
     """Run every node; what the cache holds stays for a later enable."""
     services.invocation_cache.disable()
+
+
+class GenerationDeviceOption(BaseModel):
+    device: str = Field(description="The device as generation_devices names it: cuda:0, mps, xpu:0 or cpu.")
+    name: str = Field(description="The device's name, for people.")
+
+
+@router.get("/generation_device_options", operation_id="get_generation_device_options")
+def get_generation_device_options() -> list[GenerationDeviceOption]:
+    """The devices this machine could generate on, for the generation_devices setting (InvokeAI's web UI lists
+    them in its settings)."""
+    return [GenerationDeviceOption(device=device, name=name) for device, name in available_devices()]
 
 
 @router.get("/attention", operation_id="app_attention")

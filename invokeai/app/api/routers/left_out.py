@@ -4,7 +4,7 @@ shape with nothing in it, which is the truth here, so the UI starts; nothing can
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, StringConstraints
@@ -15,14 +15,39 @@ from invokeai.app.services.pagination import OffsetPaginatedResults
 router = APIRouter(route_class=ApiRoute)
 
 
+# The shapes of what the lists would hold, as InvokeAI's, so that its clients' types read the (empty) answers.
+class PresetData(BaseModel):
+    positive_prompt: str
+    negative_prompt: str
+
+
+class StylePresetRecordWithImage(BaseModel):
+    name: str
+    preset_data: PresetData
+    type: Literal["user", "default"]
+    id: str
+    user_id: str
+    image: str | None
+
+
+class SystemPromptRecordDTO(BaseModel):
+    name: str
+    content: str
+    id: str
+    user_id: str
+    is_public: bool
+    created_at: str
+    updated_at: str
+
+
 @router.get("/style_presets/", operation_id="list_style_presets", tags=["style_presets"])
-def list_style_presets() -> list[dict[str, Any]]:
+def list_style_presets() -> list[StylePresetRecordWithImage]:
     """InvokeAI's style presets: this server has none."""
     return []
 
 
 @router.get("/system_prompts/", operation_id="list_system_prompts", tags=["system_prompts"])
-def list_system_prompts() -> list[dict[str, Any]]:
+def list_system_prompts() -> list[SystemPromptRecordDTO]:
     """InvokeAI's system prompts (for its prompt expansion): this server has none."""
     return []
 
