@@ -140,3 +140,62 @@ def test_the_invokeai_shaped_examples_run_as_they_are(client: httpx.Client, name
     noise = body["batch"]["graph"]["nodes"]["noise:abc"]
     assert image.size == (noise["width"], noise["height"])
     assert json.loads(image.text["invokeai_metadata"])["seed"] == SEED
+
+
+def test_invokeais_graphs_driven_over_socketio_as_its_clients_drive_them(
+    server: str, records: dict[str, dict[str, Any]]
+) -> None:
+    """A browser-free client as InvokeAI's frontend drives one: python-socketio connected at /ws/socket.io,
+    subscribed to the queue, enqueues the SD-1 and SDXL graphs, and learns of each output image from the
+    invocation_complete of the output node and the item's completion from queue_item_status_changed, with no polling."""
+    import threading
+
+    import socketio
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    changed = threading.Condition()
+
+    def record(name: str) -> Any:
+        def handler(data: dict[str, Any]) -> None:
+            with changed:
+                events.append((name, data))
+                changed.notify_all()
+
+        return handler
+
+    sio = socketio.Client(reconnection=False)
+    for name in ("invocation_complete", "queue_item_status_changed"):
+        sio.on(name, record(name))
+    sio.connect(server, socketio_path="/ws/socket.io", transports=["websocket"], wait_timeout=15)
+    try:
+        sio.call("subscribe_queue", {"queue_id": "default"}, timeout=10)
+        for graph in (
+            sd1_graph(identifier(records["demo-sd1"], "sd-1"), steps=4),
+            sdxl_graph(identifier(records["demo-sdxl"], "sdxl"), steps=4),
+        ):
+            body = {"batch": {"graph": graph, "runs": 1, "data": batch_data(), "destination": "gallery"}}
+            item_id = enqueue(httpx.Client(base_url=server), body)
+
+            def finished(item_id: int = item_id) -> dict[str, Any] | None:
+                return next(
+                    (
+                        d
+                        for n, d in events
+                        if n == "queue_item_status_changed" and d["item_id"] == item_id and d["status"] in FINISHED
+                    ),
+                    None,
+                )
+
+            with changed:
+                assert changed.wait_for(finished, timeout=120), [n for n, _ in events]
+            assert finished()["status"] == "completed"  # type: ignore[index]
+            [output] = [
+                d
+                for n, d in events
+                if n == "invocation_complete" and d["item_id"] == item_id and d["invocation_source_id"] == OUTPUT
+            ]
+            assert output["invocation"]["type"] == "l2i"
+            name = output["result"]["image"]["image_name"]
+            assert httpx.get(f"{server}/api/v1/images/i/{name}").json()["image_name"] == name
+    finally:
+        sio.disconnect()
