@@ -16,9 +16,8 @@ from invokeai.app.api.routers.images import (
     OrderDir,
     SearchTerm,
     StarredFirst,
-    check_board,
+    image_filters,
 )
-from invokeai.app.services.images import ImageFilters
 
 router = APIRouter(prefix="/gallery", tags=["gallery"], route_class=ApiRoute)
 
@@ -40,14 +39,7 @@ def get_item_names(
     starred_first: StarredFirst = True,
     search_term: SearchTerm = None,
 ) -> GalleryItemNames:
-    check_board(services, board_id)
-    filters = ImageFilters(
-        image_origin=origin,
-        categories=tuple(categories) if categories is not None else None,
-        is_intermediate=is_intermediate,
-        board_id=board_id,
-        search_term=search_term,
-    )
+    filters = image_filters(services, origin, categories, is_intermediate, board_id, search_term)
     names = services.images.names(filters, starred_first=starred_first, direction=order_dir)
     return GalleryItemNames(
         item_names=names.image_names, starred_count=names.starred_count, total_count=names.total_count

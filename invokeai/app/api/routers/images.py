@@ -103,6 +103,25 @@ def check_board(services: AppServices, board_id: str | None) -> None:
         raise BoardNotFoundError(board_id)
 
 
+def image_filters(
+    services: AppServices,
+    image_origin: ResourceOrigin | None,
+    categories: list[ImageCategory] | None,
+    is_intermediate: bool | None,
+    board_id: str | None,
+    search_term: str | None,
+) -> ImageFilters:
+    """The filters of InvokeAI's image lists, once board_id is known to name a board (or none)."""
+    check_board(services, board_id)
+    return ImageFilters(
+        image_origin=image_origin,
+        categories=tuple(categories) if categories is not None else None,
+        is_intermediate=is_intermediate,
+        board_id=board_id,
+        search_term=search_term,
+    )
+
+
 @router.get("/", operation_id="list_image_dtos", responses={404: {"description": "board_id names no board."}})
 def list_images(
     services: AppServices,
@@ -118,14 +137,7 @@ def list_images(
 ) -> OffsetPaginatedResults[ImageDTO]:
     """A page of images, starred first (unless starred_first=false), then newest first (or oldest: order_dir=ASC),
     with the total the filters select. InvokeAI's gallery passes is_intermediate=false."""
-    check_board(services, board_id)
-    filters = ImageFilters(
-        image_origin=image_origin,
-        categories=tuple(categories) if categories is not None else None,
-        is_intermediate=is_intermediate,
-        board_id=board_id,
-        search_term=search_term,
-    )
+    filters = image_filters(services, image_origin, categories, is_intermediate, board_id, search_term)
     items, total = services.images.list(
         offset, limit, filters=filters, starred_first=starred_first, direction=order_dir
     )
@@ -145,14 +157,7 @@ def get_image_names(
 ) -> ImageNamesResult:
     """The names of the images the filters select, in the list's order (InvokeAI's gallery scrolls over these),
     at most 100000."""
-    check_board(services, board_id)
-    filters = ImageFilters(
-        image_origin=image_origin,
-        categories=tuple(categories) if categories is not None else None,
-        is_intermediate=is_intermediate,
-        board_id=board_id,
-        search_term=search_term,
-    )
+    filters = image_filters(services, image_origin, categories, is_intermediate, board_id, search_term)
     return services.images.names(filters, starred_first=starred_first, direction=order_dir)
 
 
