@@ -4,10 +4,8 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,6 +13,7 @@ import pytest
 from invokeai_py_client import InvokeAIClient
 from invokeai_py_client.dnn_model import BaseDnnModelType, DnnModelFormat, DnnModelType
 from pydantic import ValidationError
+from web_server import WebServer
 
 from invokeai.backend.families.registry import FAMILIES
 
@@ -26,39 +25,15 @@ OTHER_DEMOS = [demo for family in FAMILIES if family.invokeai.base not in KNOWN_
 
 
 @pytest.fixture
-def server(
-    tmp_path: Path, invokeai_web: str, free_port: int, child_env: Callable[..., dict[str, str]]
-) -> Iterator[str]:
+def server(tmp_path: Path) -> Iterator[str]:
     """invokeai-web on a fresh root without demo models; its base URL once it answers."""
-    log = tmp_path / "server.log"
-    env = child_env(INVOKEAI_INSTALL_DEMO_MODELS="false", INVOKEAI_DEVICE="cpu", OMP_NUM_THREADS="1")
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [invokeai_web, "--root", str(tmp_path / "root"), "--port", str(free_port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    base = f"http://127.0.0.1:{free_port}"
+    server = WebServer(tmp_path, install_demo_models="false")
+    server.start()
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                httpx.get(f"{base}/api/v1/app/version", timeout=5)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.2)
-        yield base
+        yield server.base
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    assert "Traceback" not in log.read_text(), log.read_text()
+        server.stop()
+    server.traceback_free_log()
 
 
 def test_the_client_installs_lists_and_gets_models(server: str, built_models: dict[str, Path]) -> None:

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Request, sync_playwright
-from ui_support import CHROMIUM, SCREENSHOTS, UiServer, shot
+from ui_support import CHROMIUM, SCREENSHOTS, shot
+from web_server import WebServer
 
 
 @pytest.fixture(scope="module")
-def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
-    server = UiServer(tmp_path_factory.mktemp("ui-server"))
+def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+    server = WebServer(tmp_path_factory.mktemp("ui-server"))
     server.start()
     try:
         yield server

@@ -17,14 +17,15 @@ import httpx
 import pytest
 from invokeai_release import frontend
 from playwright.sync_api import Page, Response, expect
-from ui_support import UiServer, shot
+from ui_support import shot
+from web_server import WebServer
 
 PROMPT = "a lighthouse on a rocky cliff at sunset"
 
 
 @pytest.fixture(scope="module")
-def invokeai_ui(tmp_path_factory: pytest.TempPathFactory, invokeai_release: Path) -> Iterator[UiServer]:
-    server = UiServer(tmp_path_factory.mktemp("invokeai-web-ui"), web_ui=f"invokeai:{frontend(invokeai_release)}")
+def invokeai_ui(tmp_path_factory: pytest.TempPathFactory, invokeai_release: Path) -> Iterator[WebServer]:
+    server = WebServer(tmp_path_factory.mktemp("invokeai-web-ui"), web_ui=f"invokeai:{frontend(invokeai_release)}")
     server.start()
     try:
         yield server
@@ -63,7 +64,7 @@ def _pick_model(page: Page, name: str) -> None:
     expect(page.get_by_role("button", name=name, exact=True).first).to_be_visible()
 
 
-def test_invokeai_web_ui_generates_an_image_into_its_gallery(invokeai_ui: UiServer, page: Page) -> None:
+def test_invokeai_web_ui_generates_an_image_into_its_gallery(invokeai_ui: WebServer, page: Page) -> None:
     failed, batches = _watch_api(page)
     page.goto(invokeai_ui.base + "/")
     expect(page.get_by_text("Generate images from text prompts.")).to_be_visible(timeout=60_000)

@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from playwright.sync_api import Page, Route, expect
-from ui_support import UiServer, api, gallery_images, image_names, open_page, select_model, set_number, wait_for
+from ui_support import api, gallery_images, image_names, open_page, select_model, set_number, wait_for
+from web_server import WebServer
 
 ENQUEUE = "**/api/v1/queue/default/enqueue_batch"
 # A family the server does not run, shaped like InvokeAI's Z-Image: one loader node feeds every other node.
@@ -126,7 +127,7 @@ def _node_schema(schemas: dict[str, Any], node_type: str) -> dict[str, Any]:
     return dict(schema["properties"])
 
 
-def test_each_real_familys_graph_is_built_from_its_entry(ui_server: UiServer, page: Page, tmp_path: Path) -> None:
+def test_each_real_familys_graph_is_built_from_its_entry(ui_server: WebServer, page: Page, tmp_path: Path) -> None:
     families = api(ui_server.base, "/api/v1/app/families")
     models = api(ui_server.base, "/api/v2/models/")["models"]
     schemas = api(ui_server.base, "/openapi.json")["components"]["schemas"]
@@ -194,7 +195,7 @@ def _png(metadata: dict[str, Any] | None = None) -> bytes:
     return out.getvalue()
 
 
-def test_the_families_come_from_the_endpoint(ui_server: UiServer, page: Page, tmp_path: Path) -> None:
+def test_the_families_come_from_the_endpoint(ui_server: WebServer, page: Page, tmp_path: Path) -> None:
     """The answer rewritten: the picker follows its order and labels, and a loader family the UI cannot know of
     gets its graphs (text and image to image), and its settings read back from an image's metadata."""
     real = api(ui_server.base, "/api/v1/app/families")

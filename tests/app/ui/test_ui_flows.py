@@ -18,7 +18,6 @@ from ui_support import (
     PAGES,
     QUEUE,
     WATCH_PROGRESS,
-    UiServer,
     api,
     expect_in_gallery,
     gallery_images,
@@ -30,6 +29,7 @@ from ui_support import (
     shot,
     wait_for,
 )
+from web_server import WebServer
 
 from invokeai.backend.families import FAMILIES
 
@@ -49,7 +49,7 @@ def _progress_bar(page: Page):  # type: ignore[no-untyped-def]
     return page.get_by_role("progressbar").first
 
 
-def test_the_page_is_the_ui(ui_server: UiServer, page: Page) -> None:
+def test_the_page_is_the_ui(ui_server: WebServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     expect(page).to_have_title(re.compile("InvokeAI"))
     navigation = page.get_by_role("navigation")
@@ -64,7 +64,7 @@ def test_the_page_is_the_ui(ui_server: UiServer, page: Page) -> None:
 
 
 @pytest.mark.parametrize("model", FAMILY_MODELS)
-def test_generate_on_each_family(ui_server: UiServer, page: Page, model: str) -> None:
+def test_generate_on_each_family(ui_server: WebServer, page: Page, model: str) -> None:
     page.goto(ui_server.base + "/")
     name = invoke(page, model, f"a lighthouse at dusk, {model}", steps=20)
     record = api(ui_server.base, f"/api/v1/images/i/{name}")
@@ -73,7 +73,7 @@ def test_generate_on_each_family(ui_server: UiServer, page: Page, model: str) ->
     shot(page, f"gallery-after-{model}")
 
 
-def test_open_an_image_and_recall_its_settings(ui_server: UiServer, page: Page) -> None:
+def test_open_an_image_and_recall_its_settings(ui_server: WebServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     prompt = "a red fox in fresh snow, recalled"
     invoke(page, "demo-sdxl", prompt, steps=7)
@@ -93,7 +93,7 @@ def test_open_an_image_and_recall_its_settings(ui_server: UiServer, page: Page) 
     assert model.evaluate("select => select.selectedOptions[0].textContent.trim()") == "demo-sdxl"
 
 
-def test_cancel_a_running_item(ui_server: UiServer, page: Page) -> None:
+def test_cancel_a_running_item(ui_server: WebServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     select_model(page, "demo-sd1")
     set_number(page, "Steps", LONG_STEPS)
@@ -108,7 +108,7 @@ def test_cancel_a_running_item(ui_server: UiServer, page: Page) -> None:
     expect(_progress_bar(page)).to_be_hidden()
 
 
-def test_retry_a_canceled_item(ui_server: UiServer, page: Page) -> None:
+def test_retry_a_canceled_item(ui_server: WebServer, page: Page) -> None:
     # An item canceled before it starts: invoked while the processor is paused, then canceled over the API.
     httpx.put(ui_server.base + f"{QUEUE}/processor/pause").raise_for_status()
     try:
@@ -143,7 +143,7 @@ def test_retry_a_canceled_item(ui_server: UiServer, page: Page) -> None:
     assert api(ui_server.base, f"{QUEUE}/i/{item}")["status"] == "canceled"  # the original stays as it was
 
 
-def test_the_queue_page_shows_the_workers_and_where_each_item_ran(ui_server: UiServer, page: Page) -> None:
+def test_the_queue_page_shows_the_workers_and_where_each_item_ran(ui_server: WebServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     open_page(page, "Queue")
     [worker] = api(ui_server.base, "/api/v1/app/devices")["workers"]
@@ -157,7 +157,7 @@ def test_the_queue_page_shows_the_workers_and_where_each_item_ran(ui_server: UiS
     assert column and set(column) == {worker["name"]}, column
 
 
-def test_delete_an_image(ui_server: UiServer, page: Page) -> None:
+def test_delete_an_image(ui_server: WebServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     before = image_names(ui_server.base)
     open_page(page, "Gallery")
@@ -169,7 +169,7 @@ def test_delete_an_image(ui_server: UiServer, page: Page) -> None:
     assert after == before[1:], "the newest image, the first shown, is the one deleted"
 
 
-def test_install_a_model_from_a_path(ui_server: UiServer, page: Page, tmp_path: Path) -> None:
+def test_install_a_model_from_a_path(ui_server: WebServer, page: Page, tmp_path: Path) -> None:
     source = tmp_path / "ui-installed-sd1"
     shutil.copytree(ui_server.root / "invokeai" / "models" / "sd-1" / "demo-sd1", source)
     page.goto(ui_server.base + "/")
@@ -188,7 +188,7 @@ def test_install_a_model_from_a_path(ui_server: UiServer, page: Page, tmp_path: 
     ).to_have_count(1)
 
 
-def test_the_attention_panel_counts_the_calls(ui_server: UiServer, page: Page) -> None:
+def test_the_attention_panel_counts_the_calls(ui_server: WebServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     invoke(page, "demo-sd1", "attention, counted", steps=4)  # its own calls, also when it runs alone (-k attention)
     counts = api(ui_server.base, "/api/v1/app/attention")["counts"]
@@ -209,7 +209,7 @@ def test_the_attention_panel_counts_the_calls(ui_server: UiServer, page: Page) -
     shot(page, "attention")
 
 
-def test_screenshots_of_each_page(ui_server: UiServer, page: Page) -> None:
+def test_screenshots_of_each_page(ui_server: WebServer, page: Page) -> None:
     """One screenshot per page, with the images the tests above made, and one at 390x844 (no sideways scrolling);
     docs/images/ has them (WRITE_DOC_SCREENSHOTS=1 rewrites them, and those of the running item and the token
     prompt taken above)."""
@@ -235,7 +235,7 @@ def test_screenshots_of_each_page(ui_server: UiServer, page: Page) -> None:
     assert not missing, f"docs/images lacks ui-<name>.png for {missing}: WRITE_DOC_SCREENSHOTS=1 writes them"
 
 
-def test_with_a_token_the_page_asks_for_it_and_generates(ui_server: UiServer, page: Page) -> None:
+def test_with_a_token_the_page_asks_for_it_and_generates(ui_server: WebServer, page: Page) -> None:
     ui_server.restart(api_token=TOKEN)
     try:
         assert httpx.get(ui_server.base + "/api/v1/app/version").status_code == 401
@@ -259,7 +259,7 @@ def test_with_a_token_the_page_asks_for_it_and_generates(ui_server: UiServer, pa
         ui_server.restart()
 
 
-def test_the_page_recovers_from_a_server_restart(ui_server: UiServer, page: Page) -> None:
+def test_the_page_recovers_from_a_server_restart(ui_server: WebServer, page: Page) -> None:
     page.goto(ui_server.base + "/")
     select_model(page, "demo-sd1")
     set_number(page, "Steps", LONG_STEPS)
