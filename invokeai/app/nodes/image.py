@@ -39,7 +39,8 @@ def board_input() -> Any:
 
 def metadata_input() -> Any:
     """InvokeAI's `metadata` input of an image node: core_metadata's output, written into the PNG."""
-    return InputField(default=None, input=Input.CONNECTION, description="Optional metadata to be saved with the image")
+    # Connected from core_metadata by InvokeAI's graph builders; its clients may also set it as a value.
+    return InputField(default=None, description="Optional metadata to be saved with the image")
 
 
 class ImageOutput(BaseInvocationOutput):

@@ -262,10 +262,10 @@ def test_comfyuis_three_split_files_run_as_demo_zimage(client: httpx.Client, sto
     item, _ = run(client, body)
     loader = item["session"]["results"]["loader"]
     keys = {name: installed[name]["key"] for name in (*files, "demo-zimage")}
-    assert loader["transformer"]["transformer"] == {"key": keys["zimage-split-model"], "name": None}
-    assert loader["qwen3_encoder"]["text_encoder"] == {"key": keys["zimage-split-qwen3"], "name": None}
-    assert loader["qwen3_encoder"]["tokenizer"] == {"key": keys["demo-zimage"], "name": None}
-    assert loader["vae"]["vae"] == {"key": keys["zimage-split-ae"], "name": None}
+    assert loader["transformer"]["transformer"]["key"] == keys["zimage-split-model"]
+    assert loader["qwen3_encoder"]["text_encoder"]["key"] == keys["zimage-split-qwen3"]
+    assert loader["qwen3_encoder"]["tokenizer"]["key"] == keys["demo-zimage"]
+    assert loader["vae"]["vae"]["key"] == keys["zimage-split-ae"]
     assert max_diff(image_of(client, item), stock_image(stock_pipe, body)) <= 1
     # The text encoder file is no model to generate with: the loader says so rather than borrow a transformer.
     nodes["loader"]["model"] = {"name": "zimage-split-qwen3"}
