@@ -291,9 +291,9 @@ class Krea2DenoiseInvocation(Krea2Node):
     style_reference: Annotated[_Handle | None, _unsupported("Krea-2 style reference")] = InputField(
         default=None, description="InvokeAI's style reference; this server takes none yet (null)"
     )
-    style_reference_conditioning: Annotated[
-        Krea2ConditioningField | None, _unsupported("a style-reference prompt")
-    ] = InputField(default=None, description="InvokeAI's style-reference prompt; this server takes none yet (null)")
+    style_reference_conditioning: Annotated[Krea2ConditioningField | None, _unsupported("a style-reference prompt")] = (
+        InputField(default=None, description="InvokeAI's style-reference prompt; this server takes none yet (null)")
+    )
 
     def _pipeline_scales(self, negative: bool) -> list[float]:
         """Krea2Pipeline's guidance per step for InvokeAI's cfg_scale: one less where it is above 1 and a negative

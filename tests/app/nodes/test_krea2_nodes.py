@@ -116,7 +116,11 @@ def test_the_table_is_invokeai_6_14_2s_openapi_document() -> None:
 
 
 def _denoise(**fields: Any) -> Krea2DenoiseInvocation:
-    base = {"id": "d", "transformer": {"transformer": {"key": "k"}}, "positive_conditioning": {"conditioning_name": "c"}}
+    base = {
+        "id": "d",
+        "transformer": {"transformer": {"key": "k"}},
+        "positive_conditioning": {"conditioning_name": "c"},
+    }
     return Krea2DenoiseInvocation.model_validate({**base, **fields})
 
 
