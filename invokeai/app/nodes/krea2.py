@@ -1,53 +1,85 @@
-"""Krea-2 nodes: prompt -> conditioning (tapped Qwen3-VL layers), conditioning -> latents, latents -> image.
+"""Krea-2 nodes, as InvokeAI 6.14.2 names and shapes them: krea2_model_loader, whose outputs (transformer, Qwen3-VL
+encoder, VAE) feed krea2_text_encoder, krea2_denoise and qwen_image_l2i (InvokeAI decodes Krea-2 latents with its
+Qwen-Image node, Krea-2's VAE being Qwen-Image's).
 
-Each node resolves its model, reserves working memory for its call and runs `invokeai.backend.generation.krea2`,
-which computes what diffusers' Krea2Pipeline computes. A model that lacks a component (a GGUF file holds only the
-transformer) gets it from the installed Krea-2 pipeline the model manager pairs it with, so one name serves every
-node; a graph may also name a different model per node.
+Each node resolves the model its handle names, has the model manager put the component on the device with its
+working memory reserved, and runs `invokeai.backend.families.krea2.generation`, which computes what diffusers'
+Krea2Pipeline computes. A lone transformer (a GGUF file) gets its text encoder and VAE from the loader's
+`qwen3_vl_encoder_model` and `vae_model`, else from the installed Krea-2 pipeline the model manager pairs it with.
+InvokeAI's cfg_scale is classifier-free guidance's own (1 or less: none); Krea2Pipeline's guidance_scale is one less
+(0: none). Inputs InvokeAI has for features this server lacks (image-to-image, inpainting, style reference,
+regional prompts, LoRAs, tiled decoding) are accepted when null, empty or at their defaults, and refused, naming the
+input, otherwise.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Annotated, Any, Literal
 
-from invokeai.app.nodes.base import InputField, InvocationContext
-from invokeai.app.nodes.family_nodes import (
-    DenoiseInputs,
-    FamilyNode,
-    VaeDecodeNode,
-    size_input,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from invokeai.app.nodes.base import BaseInvocationOutput, InputField, InvocationContext, OutputField
+from invokeai.app.nodes.family_nodes import FamilyNode, size_input
+from invokeai.app.nodes.image import BoardField, ImageOutput, board_input, metadata_input
 from invokeai.app.nodes.model_fields import (
-    ConditioningField,
-    ConditioningOutput,
+    SEED_MAX,
+    LatentsField,
     LatentsOutput,
+    MetadataField,
     ModelIdentifier,
-    ModelInputField,
+    NoLoras,
+    TensorField,
+    TransformerField,
+    VAEField,
 )
 from invokeai.app.nodes.model_use import (
     TensorKind,
+    decode_latents,
     family_model,
     fitted_preview,
     latents_output,
     provider,
     step_reporter,
 )
+from invokeai.app.services.model_records import ModelRecord
 from invokeai.backend.families.krea2.constants import CONSTANTS, NAME, PROMPT_TOKENS
 from invokeai.backend.families.krea2.descriptor import FAMILY as KREA2
-
-if TYPE_CHECKING:
-    from invokeai.app.services.model_records import ModelRecord
-    from invokeai.backend.families.krea2.generation import Krea2Settings
-
 
 FAMILY = NAME
 SIZE_MULTIPLE = CONSTANTS.size_multiple  # the VAE's 8 times the transformer's 2x2 patches
 MAX_SEQUENCE_LENGTH = PROMPT_TOKENS  # Krea2Pipeline's default: prompts are padded to this many tokens
+MAX_STEPS = 1000  # bounded work per request; InvokeAI sets no bound
 
 CONDITIONING = TensorKind("conditioning", ("krea2_embeds", "krea2_mask"), "krea2_text_encoder")
 LATENTS = TensorKind("latents", ("krea2_latents",), "krea2_denoise")
 
-MODEL_DESCRIPTION = "The Krea-2 model (a GGUF transformer gets this component from its paired Krea-2 pipeline)"
+
+def _unsupported(what: str, allowed: str = "null") -> AfterValidator:
+    """An input InvokeAI has for a feature this server lacks: its empty value passes, any other is refused with
+    what is missing (rather than run without what the client asked for). Pydantic's error names the input."""
+
+    def check(value: Any) -> Any:
+        if value is not None and value != []:
+            raise ValueError(f"{what} is not supported by this server yet; send {allowed}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _only(expected: Any, what: str) -> AfterValidator:
+    """An input whose only supported value is InvokeAI's default (the others need a feature this server lacks)."""
+
+    def check(value: Any) -> Any:
+        if value != expected:
+            raise ValueError(f"{what} is not supported by this server yet; send {expected!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+# InvokeAI's handles for the features this server lacks, taken as free-form objects: only null is accepted, so
+# their inner shape never matters here.
+_Handle = dict[str, Any]
 
 
 class Krea2Node(FamilyNode):
@@ -57,31 +89,127 @@ class Krea2Node(FamilyNode):
     generation = "invokeai.backend.families.krea2.generation"
 
 
-def _pipeline_settings(context: InvocationContext, record: ModelRecord) -> Krea2Settings:
+class Qwen3VLEncoderField(BaseModel):
+    """InvokeAI's handle on Krea-2's Qwen3-VL text encoder and its tokenizer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokenizer: ModelIdentifier = Field(description="The model whose tokenizer this is")
+    text_encoder: ModelIdentifier = Field(description="The model whose Qwen3-VL text encoder this is")
+    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
+
+
+class Krea2ConditioningField(BaseModel):
+    """A prompt encoded by krea2_text_encoder (the tapped layers' hidden states and the padding mask), with
+    InvokeAI's regional mask (this server takes none yet)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conditioning_name: str = Field(description="The name of the conditioning tensors in the tensor store")
+    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = Field(
+        default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
+    )
+
+
+class Krea2ModelLoaderOutput(BaseInvocationOutput):
+    type: Literal["krea2_model_loader_output"] = "krea2_model_loader_output"
+    transformer: TransformerField = OutputField(description="The transformer (krea2_denoise)")
+    qwen3_vl_encoder: Qwen3VLEncoderField = OutputField(
+        description="The Qwen3-VL encoder and its tokenizer (krea2_text_encoder)"
+    )
+    vae: VAEField = OutputField(description="The Qwen-Image VAE (qwen_image_l2i)")
+
+
+class Krea2ConditioningOutput(BaseInvocationOutput):
+    type: Literal["krea2_conditioning_output"] = "krea2_conditioning_output"
+    conditioning: Krea2ConditioningField = OutputField(description="The conditioning")
+
+
+def _ident(record: ModelRecord, part: str) -> ModelIdentifier:
+    """The handle on one part of an installed model, as InvokeAI's loader writes it (submodel_type: the part)."""
+    return ModelIdentifier(key=record.key, name=record.name, hash=record.hash, type=record.type, submodel_type=part)
+
+
+def _krea2_part(
+    context: InvocationContext, ident: ModelIdentifier, field: str, component: str, what: str
+) -> ModelRecord:
+    """The record providing `component` for a model named in the loader's `field`: a Krea-2 model that has it, or
+    the pipeline a lone Krea-2 transformer is paired with."""
+    record = context.models.resolve(ident)
+    if record.family != FAMILY:
+        raise ValueError(f"{field}: model {record.name!r} is of the {record.family} family; {what} comes from Krea-2")
+    return provider(context, record, component)
+
+
+def _component(context: InvocationContext, ident: ModelIdentifier, component: str) -> ModelRecord:
+    """The record providing `component` for a handle (the model itself, or a lone transformer's pair); a model of
+    another family is refused, naming both."""
+    return provider(context, family_model(context, ident, FAMILY), component)
+
+
+def _pipeline_settings(context: InvocationContext, record: ModelRecord) -> Any:
     """The pipeline options in the model's model_index.json (the defaults where it has none)."""
     from invokeai.backend.families.krea2.generation import Krea2Settings
 
     return Krea2Settings.from_model_index(context.models.pipeline_options(record))
 
 
+class Krea2ModelLoaderInvocation(Krea2Node):
+    """A Krea-2 model's transformer, Qwen3-VL encoder and Qwen-Image VAE, for the other Krea-2 nodes. The encoder
+    and VAE come from `qwen3_vl_encoder_model` and `vae_model` when given, else from the model itself or, for a
+    lone transformer (a GGUF file), from the installed Krea-2 pipeline it is paired with."""
+
+    type: Literal["krea2_model_loader"] = "krea2_model_loader"
+    model: ModelIdentifier = InputField(description="The Krea-2 model or transformer file")
+    vae_model: ModelIdentifier | None = InputField(
+        default=None, description="A Krea-2 model whose Qwen-Image VAE to use instead of the model's"
+    )
+    qwen3_vl_encoder_model: ModelIdentifier | None = InputField(
+        default=None, description="A Krea-2 model whose Qwen3-VL text encoder to use instead of the model's"
+    )
+
+    def invoke(self, context: InvocationContext) -> Krea2ModelLoaderOutput:
+        record = family_model(context, self.model, FAMILY)
+        # A model without a transformer is refused here, not paired with a pipeline's.
+        if "transformer" not in context.models.components(record):
+            raise ValueError(
+                f"model {record.name!r} is a Krea-2 {record.type} without a transformer; name a Krea-2 pipeline or "
+                "transformer file as the model"
+            )
+        encoder = self.qwen3_vl_encoder_model or self.model
+        encoder_record = _krea2_part(context, encoder, "qwen3_vl_encoder_model", "text_encoder", "the Qwen3-VL encoder")
+        vae = self.vae_model or self.model
+        vae_record = _krea2_part(context, vae, "vae_model", "vae", "the Qwen-Image VAE")
+        return Krea2ModelLoaderOutput(
+            transformer=TransformerField(transformer=_ident(record, "transformer")),
+            qwen3_vl_encoder=Qwen3VLEncoderField(
+                tokenizer=_ident(provider(context, encoder_record, "tokenizer"), "tokenizer"),
+                text_encoder=_ident(encoder_record, "text_encoder"),
+            ),
+            vae=VAEField(vae=_ident(vae_record, "vae")),
+        )
+
+
 class Krea2TextEncoderInvocation(Krea2Node):
-    """A prompt encoded by the model's Qwen3-VL text model: the hidden states of the layers the pipeline taps, for
-    krea2_denoise's positive or negative conditioning."""
+    """A prompt encoded by the Qwen3-VL text model: the hidden states of the layers the pipeline taps, padded to
+    512 tokens with a mask, for krea2_denoise's positive or negative conditioning."""
 
     type: Literal["krea2_text_encoder"] = "krea2_text_encoder"
-    model: ModelIdentifier = ModelInputField(description=MODEL_DESCRIPTION)
-    prompt: str = InputField(default="", description="The prompt")
+    prompt: str = InputField(description="The prompt")
+    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = InputField(
+        default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
+    )
+    qwen3_vl_encoder: Qwen3VLEncoderField = InputField(description="The Qwen3-VL encoder (krea2_model_loader)")
 
-    def invoke(self, context: InvocationContext) -> ConditioningOutput:
-        from invokeai.backend.families.krea2 import generation as krea2
-
-        source = provider(context, family_model(context, self.model, FAMILY), "text_encoder")
-        tokenizer = context.models.load(source, "tokenizer")
+    def invoke(self, context: InvocationContext) -> Krea2ConditioningOutput:
+        generation = self.backend()
+        source = _component(context, self.qwen3_vl_encoder.text_encoder, "text_encoder")
+        tokenizer = context.models.load(_component(context, self.qwen3_vl_encoder.tokenizer, "tokenizer"), "tokenizer")
         # encode_prompt always passes the padding mask, which is what `text_padded` prices.
         with context.models.on_device(
             source, "text_encoder", prompt_tokens=MAX_SEQUENCE_LENGTH, text_padded=True
         ) as text_encoder:
-            embeds, mask = krea2.encode_prompt(
+            embeds, mask = generation.encode_prompt(
                 text_encoder,
                 tokenizer,
                 self.prompt,
@@ -89,45 +217,115 @@ class Krea2TextEncoderInvocation(Krea2Node):
                 select_layers=_pipeline_settings(context, source).select_layers,
                 max_sequence_length=MAX_SEQUENCE_LENGTH,
             )
-        return ConditioningOutput(
-            conditioning=ConditioningField(conditioning_name=CONDITIONING.save(context, embeds, mask))
+        name = CONDITIONING.save(context, embeds, mask)
+        return Krea2ConditioningOutput(conditioning=Krea2ConditioningField(conditioning_name=name))
+
+
+Conditionings = Krea2ConditioningField | Annotated[list[Krea2ConditioningField], Field(max_length=16)]
+
+
+def _one_prompt(value: Any) -> Any:
+    """positive_conditioning: one conditioning, or a list of one (what a collect node gives). More than one is
+    InvokeAI's regional prompting, which this server lacks."""
+    if isinstance(value, list) and len(value) != 1:
+        raise ValueError(
+            f"{len(value)} conditionings given; this server takes exactly one (regional prompts are not supported)"
         )
+    return value
 
 
-class Krea2DenoiseInvocation(Krea2Node, DenoiseInputs):
-    """Latents denoised by the model's transformer with flow-matching Euler and the pipeline's dynamic shift."""
+def _at_most_one_prompt(value: Any) -> Any:
+    if isinstance(value, list) and len(value) > 1:
+        raise ValueError(f"{len(value)} conditionings given; this server takes at most one")
+    return value
+
+
+def _single(value: Krea2ConditioningField | list[Krea2ConditioningField] | None) -> Krea2ConditioningField | None:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+class Krea2DenoiseInvocation(Krea2Node):
+    """Latents denoised by the Krea-2 transformer with flow-matching Euler and the pipeline's shift (the distilled
+    model's fixed one, else resolution-dependent; `shift` overrides it). A cfg_scale above 1 runs classifier-free
+    guidance against `negative_conditioning` (one scale, or one per step). Reports every step with a small preview.
+    `metadata` and `board` are InvokeAI's inputs on this node; it makes latents, so they are unused."""
 
     type: Literal["krea2_denoise"] = "krea2_denoise"
-    positive_conditioning: ConditioningField = InputField(description="What the image shows (krea2_text_encoder)")
-    negative_conditioning: ConditioningField | None = InputField(
-        default=None, description="What the image avoids (krea2_text_encoder); needed when guidance_scale > 0"
+    metadata: MetadataField | None = metadata_input()
+    board: BoardField | None = board_input()
+    latents: Annotated[LatentsField | None, _unsupported("Krea-2 image-to-image (latents)")] = InputField(
+        default=None, description="InvokeAI's latents for image-to-image; this server has none for Krea-2 yet (null)"
+    )
+    denoise_mask: Annotated[_Handle | None, _unsupported("inpainting (a denoise mask)")] = InputField(
+        default=None, description="InvokeAI's inpainting mask; this server has no inpainting yet (null)"
+    )
+    denoising_start: Annotated[float, _only(0.0, "Krea-2 image-to-image (denoising_start)")] = InputField(
+        default=0.0, ge=0.0, le=1.0, description="Where in the schedule to start; only 0 (from noise) is supported"
+    )
+    denoising_end: Annotated[float, _only(1.0, "stopping the schedule early (denoising_end)")] = InputField(
+        default=1.0, ge=0.0, le=1.0, description="Where in the schedule to stop; only 1 (the end) is supported"
+    )
+    transformer: TransformerField = InputField(description="The transformer (krea2_model_loader)")
+    positive_conditioning: Annotated[Conditionings, AfterValidator(_one_prompt)] = InputField(
+        description="What the image shows (krea2_text_encoder): one conditioning, or a list of one (collect)"
+    )
+    negative_conditioning: Annotated[Conditionings | None, AfterValidator(_at_most_one_prompt)] = InputField(
+        default=None, description="What the image avoids, for a cfg_scale above 1 (krea2_text_encoder)"
+    )
+    cfg_scale: float | Annotated[list[float], Field(max_length=MAX_STEPS)] = InputField(
+        default=1.0, description="Classifier-free guidance scale (1 or less: none), or one per step"
     )
     width: int = size_input(KREA2, "width", 1024)
     height: int = size_input(KREA2, "height", 1024)
-    steps: int = InputField(default=28, ge=1, le=1000, description="The number of denoising steps")
-    guidance_scale: float = InputField(
-        default=4.5, ge=0.0, le=100.0, description="Classifier-free guidance (Krea-2's convention); 0 turns it off"
+    steps: int = InputField(default=8, ge=1, le=MAX_STEPS, description="The number of denoising steps")
+    seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
+    shift: float | None = InputField(
+        default=None,
+        ge=0.0,
+        le=100.0,
+        description="The schedule's shift (mu); unset or 0: the model's (fixed for the distilled model, else "
+        "resolution-dependent)",
+    )
+    style_reference: Annotated[_Handle | None, _unsupported("Krea-2 style reference")] = InputField(
+        default=None, description="InvokeAI's style reference; this server takes none yet (null)"
+    )
+    style_reference_conditioning: Annotated[Krea2ConditioningField | None, _unsupported("a style-reference prompt")] = (
+        InputField(default=None, description="InvokeAI's style-reference prompt; this server takes none yet (null)")
     )
 
-    def invoke(self, context: InvocationContext) -> LatentsOutput:
-        from invokeai.backend.families.krea2 import generation as krea2
+    def _pipeline_scales(self, negative: bool) -> list[float]:
+        """Krea2Pipeline's guidance per step for InvokeAI's cfg_scale: one less where it is above 1 and a negative
+        prompt is given, else none (0), as InvokeAI's node guides only then."""
+        scales = self.cfg_scale if isinstance(self.cfg_scale, list) else [self.cfg_scale] * self.steps
+        if len(scales) != self.steps:
+            raise ValueError(
+                f"cfg_scale: {len(scales)} values given for {self.steps} steps; give one per step or a single one"
+            )
+        return [scale - 1.0 if negative and scale > 1.0 else 0.0 for scale in scales]
 
-        record = family_model(context, self.model, FAMILY)
-        embeds, mask = CONDITIONING.load(context, self.positive_conditioning.conditioning_name)
-        guided = self.guidance_scale > 0
+    def invoke(self, context: InvocationContext) -> LatentsOutput:
+        generation = self.backend()
+        record = family_model(context, self.transformer.transformer, FAMILY)
+        positive = _single(self.positive_conditioning)
+        if positive is None:
+            raise ValueError("positive_conditioning: no conditioning given")
+        embeds, mask = CONDITIONING.load(context, positive.conditioning_name)
+        negative = _single(self.negative_conditioning)
+        scales = self._pipeline_scales(negative is not None)
+        guided = any(scale > 0 for scale in scales)
         negative_embeds = negative_mask = None
-        if guided:
-            if self.negative_conditioning is None:
-                raise ValueError('guidance_scale > 0 needs negative_conditioning (encode the negative prompt, or "")')
-            negative_embeds, negative_mask = CONDITIONING.load(context, self.negative_conditioning.conditioning_name)
+        if guided and negative is not None:
+            negative_embeds, negative_mask = CONDITIONING.load(context, negative.conditioning_name)
         pipeline = provider(context, record, "scheduler")
         settings = _pipeline_settings(context, pipeline)
         scheduler = KREA2.make_scheduler("euler", dict(context.models.load(pipeline, "scheduler").config))
 
         on_step = step_reporter(
-            context, fitted_preview(context, record, krea2.known_preview_projection, krea2.preview_projection)
+            context, fitted_preview(context, record, generation.known_preview_projection, generation.preview_projection)
         )
-        # INVOKE_KREA2_SDPA_BACKEND (the SDPA window and per-step benchmark) is read by krea2.denoise itself.
+        # INVOKE_KREA2_SDPA_BACKEND (the SDPA window and per-step benchmark) is read by generation.denoise itself.
         with context.models.on_device(
             record,
             "transformer",
@@ -136,7 +334,7 @@ class Krea2DenoiseInvocation(Krea2Node, DenoiseInputs):
             prompt_tokens=embeds.shape[1],
             guidance=guided,
         ) as transformer:
-            latents = krea2.denoise(
+            latents = generation.denoise(
                 transformer,
                 scheduler,
                 prompt_embeds=embeds,
@@ -146,18 +344,42 @@ class Krea2DenoiseInvocation(Krea2Node, DenoiseInputs):
                 width=self.width,
                 height=self.height,
                 steps=self.steps,
-                guidance_scale=self.guidance_scale,
+                guidance_scale=scales,
                 seed=self.seed,
                 device=context.models.device,
                 dtype=context.models.dtype,
                 on_step=on_step,
                 is_distilled=settings.is_distilled,
                 patch_size=settings.patch_size,
+                mu=self.shift or None,  # InvokeAI's node editor fills an untouched optional float with 0
             )
         return latents_output(context, LATENTS, latents, self.width, self.height)
 
 
-class Krea2VaeDecodeInvocation(Krea2Node, VaeDecodeNode):
-    """The image the model's Qwen-Image VAE decodes from latents."""
+class QwenImageLatentsToImageInvocation(Krea2Node):
+    """The image the Qwen-Image VAE decodes from latents: InvokeAI's node for Qwen-Image latents, which its Krea-2
+    graphs decode with; here it decodes Krea-2's (this server has no Qwen-Image family)."""
 
-    type: Literal["krea2_vae_decode"] = "krea2_vae_decode"
+    type: Literal["qwen_image_l2i"] = "qwen_image_l2i"
+    metadata: MetadataField | None = metadata_input()
+    board: BoardField | None = board_input()
+    latents: LatentsField = InputField(description="The latents to decode (krea2_denoise)")
+    vae: VAEField = InputField(description="The VAE (krea2_model_loader)")
+    tiled: Annotated[bool, _only(False, "tiled decoding (tiled)")] = InputField(
+        default=False, description="InvokeAI's tiled decoding; this server decodes whole (false)"
+    )
+    tile_size: int = InputField(
+        default=0, ge=0, le=8192, multiple_of=8, description="InvokeAI's tile size; unused while tiled is false"
+    )
+
+    def invoke(self, context: InvocationContext) -> ImageOutput:
+        vae = _component(context, self.vae.vae, "vae")
+        return decode_latents(
+            context,
+            vae,
+            LATENTS,
+            self.latents.latents_name,
+            self.backend().vae_decode,
+            metadata=self.metadata,
+            board=self.board,
+        )

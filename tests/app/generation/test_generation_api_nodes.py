@@ -275,7 +275,7 @@ def _krea2_pipeline_image(manager: StandInManager, graph: dict[str, Any]) -> Ima
     nodes = graph["nodes"]
     pipeline = manager.records["demo-krea2"]
     index = json_module.loads((Path(pipeline.path) / "model_index.json").read_text(encoding="utf-8"))
-    transformer_record = manager.resolve(ModelIdentifier(**nodes["denoise"]["model"]))
+    transformer_record = manager.resolve(ModelIdentifier(**nodes["loader"]["model"]))
     # A transformer of its own: the node installs the grouped-query processor on the one it runs.
     transformer = load_component(probe_of(transformer_record), "transformer")
     pipe = Krea2Pipeline(
@@ -287,7 +287,9 @@ def _krea2_pipeline_image(manager: StandInManager, graph: dict[str, Any]) -> Ima
         text_encoder_select_layers=index["text_encoder_select_layers"],
     )
     pipe.set_progress_bar_config(disable=True)
-    return _text_to_image(pipe, nodes, guidance_field="guidance_scale")
+    # InvokeAI's cfg_scale is the pipeline's guidance_scale + 1 (GraphFacts.pipeline_guidance_offset).
+    pipeline_nodes = {**nodes, "denoise": {**nodes["denoise"], "guidance_scale": nodes["denoise"]["cfg_scale"] - 1}}
+    return _text_to_image(pipe, pipeline_nodes, guidance_field="guidance_scale")
 
 
 @pytest.mark.parametrize("name", ["krea2_text_to_image", "krea2_gguf_text_to_image"])
@@ -308,8 +310,7 @@ def test_krea2_examples_make_the_pipelines_image(manager: StandInManager, tmp_pa
 def test_a_gguf_transformer_alone_names_every_krea2_node(manager: StandInManager, tmp_path: Path) -> None:
     # The text encoder, tokenizer, scheduler and VAE come from the installed Krea-2 pipeline.
     graph = example("krea2_gguf_text_to_image")
-    for node in graph["nodes"].values():
-        node["model"] = {"key": "key-demo-krea2-gguf"}
+    graph["nodes"]["loader"] = {"id": "loader", "type": "krea2_model_loader", "model": {"key": "key-demo-krea2-gguf"}}
     graph = with_inputs(graph, "denoise", steps=2)
     run = Run(manager, tmp_path)
     assert run.image(run(graph)["decode"]).size == (64, 64)
@@ -403,8 +404,7 @@ def test_a_cancel_stops_the_denoise_at_its_next_step(manager: StandInManager, tm
     [
         ("sd_text_to_image", "denoise", "demo-krea2", "sd_denoise needs a model of the sd-1 family"),
         ("sd_text_to_image", "positive", "demo-krea2-gguf", "sd_text_encoder needs a model of the sd-1 family"),
-        ("krea2_text_to_image", "denoise", "demo-sd1", "krea2_denoise needs a model of the krea2 family"),
-        ("krea2_text_to_image", "decode", "demo-sd1", "krea2_vae_decode needs a model of the krea2 family"),
+        ("krea2_text_to_image", "loader", "demo-sd1", "krea2_model_loader needs a model of the krea2 family"),
     ],
 )
 def test_a_model_of_the_wrong_family_is_refused_by_name(
@@ -423,9 +423,11 @@ def test_an_unknown_model_is_refused_by_name(manager: StandInManager, tmp_path: 
 
 
 def test_conditioning_of_the_other_family_is_refused(manager: StandInManager, tmp_path: Path) -> None:
-    graph = example("sd_text_to_image")
-    graph["nodes"]["positive"] = {"id": "positive", "type": "krea2_text_encoder", "model": {"name": "demo-krea2"}}
-    with pytest.raises(ValueError, match=r"conditioning '[0-9a-f]+' was not made by sd_text_encoder, which sd_denoise"):
+    graph = example("krea2_text_to_image")
+    graph["nodes"]["positive"] = {"id": "positive", "type": "sd_text_encoder", "model": {"name": "demo-sd1"}}
+    graph["edges"] = [e for e in graph["edges"] if e["destination"]["node_id"] != "positive"]
+    # InvokeAI's Krea-2 conditioning has a type of its own, so the edge itself is refused.
+    with pytest.raises(ValueError, match=r"output type ConditioningField does not fit input type .*Krea2Conditioning"):
         Run(manager, tmp_path)(graph)
 
 

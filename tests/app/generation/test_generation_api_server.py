@@ -29,7 +29,7 @@ ATTENDING_NODES = (
     "sd_vae_decode",
     "krea2_text_encoder",
     "krea2_denoise",
-    "krea2_vae_decode",
+    "qwen_image_l2i",
 )
 
 

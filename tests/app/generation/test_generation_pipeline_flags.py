@@ -256,23 +256,25 @@ def test_krea2_pipeline_options_reach_its_nodes(invoke: Nodes, folders: dict[str
 
     from invokeai.app.nodes import krea2
 
-    model = {"name": "krea2-distilled"}
-    positive = invoke(krea2.Krea2TextEncoderInvocation(id="node", model=model, prompt=PROMPT)).conditioning
-    negative = invoke(krea2.Krea2TextEncoderInvocation(id="node", model=model, prompt="")).conditioning
+    loaded = invoke(krea2.Krea2ModelLoaderInvocation(id="node", model={"name": "krea2-distilled"}))
+    encoder = loaded.qwen3_vl_encoder
+    positive = invoke(krea2.Krea2TextEncoderInvocation(id="node", qwen3_vl_encoder=encoder, prompt=PROMPT)).conditioning
+    negative = invoke(krea2.Krea2TextEncoderInvocation(id="node", qwen3_vl_encoder=encoder, prompt="")).conditioning
     denoised = invoke(
         krea2.Krea2DenoiseInvocation(
             id="node",
-            model=model,
+            transformer=loaded.transformer,
             positive_conditioning=positive,
             negative_conditioning=negative,
             width=SIZE,
             height=SIZE,
             steps=STEPS,
-            guidance_scale=4.5,
+            cfg_scale=5.5,  # InvokeAI's convention: the pipeline's 4.5 + 1
             seed=SEED,
         )
     ).latents
-    served = invoke.image(invoke(krea2.Krea2VaeDecodeInvocation(id="node", model=model, latents=denoised)))
+    decoded = invoke(krea2.QwenImageLatentsToImageInvocation(id="node", vae=loaded.vae, latents=denoised))
+    served = invoke.image(decoded)
     pipe = Krea2Pipeline.from_pretrained(folders["krea2-distilled"], torch_dtype=torch.float32, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     assert pipe.config.is_distilled and pipe.text_encoder_select_layers == (3, 1, 2)

@@ -3552,7 +3552,7 @@ export interface components {
              * @description The nodes of this graph, by node id
              */
             nodes?: {
-                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["ImgResizeInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["Krea2VaeDecodeInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"] | components["schemas"]["CoreMetadataInvocation"] | components["schemas"]["MainModelLoaderInvocation"] | components["schemas"]["SDXLModelLoaderInvocation"] | components["schemas"]["VAELoaderInvocation"] | components["schemas"]["CLIPSkipInvocation"] | components["schemas"]["CompelInvocation"] | components["schemas"]["SDXLCompelPromptInvocation"] | components["schemas"]["NoiseInvocation"] | components["schemas"]["DenoiseLatentsInvocation"] | components["schemas"]["LatentsToImageInvocation"] | components["schemas"]["ImageToLatentsInvocation"] | components["schemas"]["CollectInvocation"];
+                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["ImgResizeInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2ModelLoaderInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["QwenImageLatentsToImageInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"] | components["schemas"]["CoreMetadataInvocation"] | components["schemas"]["MainModelLoaderInvocation"] | components["schemas"]["SDXLModelLoaderInvocation"] | components["schemas"]["VAELoaderInvocation"] | components["schemas"]["CLIPSkipInvocation"] | components["schemas"]["CompelInvocation"] | components["schemas"]["SDXLCompelPromptInvocation"] | components["schemas"]["NoiseInvocation"] | components["schemas"]["DenoiseLatentsInvocation"] | components["schemas"]["LatentsToImageInvocation"] | components["schemas"]["ImageToLatentsInvocation"] | components["schemas"]["CollectInvocation"];
             };
             /**
              * Edges
@@ -3591,7 +3591,7 @@ export interface components {
              * @description Prepared node id (here the node's id) -> that node's output, for each node that ran.
              */
             results: {
-                [key: string]: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
+                [key: string]: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             };
             /**
              * Errors
@@ -4168,7 +4168,7 @@ export interface components {
              * Result
              * @description The node's output, as in the item's session results.
              */
-            result: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
+            result: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             /**
              * Invocation Source Id
              * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
@@ -4474,8 +4474,35 @@ export interface components {
             sage: boolean;
         };
         /**
+         * Krea2ConditioningField
+         * @description A prompt encoded by krea2_text_encoder (the tapped layers' hidden states and the padding mask), with
+         *     InvokeAI's regional mask (this server takes none yet).
+         */
+        Krea2ConditioningField: {
+            /**
+             * Conditioning Name
+             * @description The name of the conditioning tensors in the tensor store
+             */
+            conditioning_name: string;
+            /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
+            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
+        };
+        /** Krea2ConditioningOutput */
+        Krea2ConditioningOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "krea2_conditioning_output";
+            /** @description The conditioning */
+            conditioning: components["schemas"]["Krea2ConditioningField"];
+        };
+        /**
          * Krea2DenoiseInvocation
-         * @description Latents denoised by the model's transformer with flow-matching Euler and the pipeline's dynamic shift.
+         * @description Latents denoised by the Krea-2 transformer with flow-matching Euler and the pipeline's shift (the distilled
+         *     model's fixed one, else resolution-dependent; `shift` overrides it). A cfg_scale above 1 runs classifier-free
+         *     guidance against `negative_conditioning` (one scale, or one per step). Reports every step with a small preview.
+         *     `metadata` and `board` are InvokeAI's inputs on this node; it makes latents, so they are unused.
          */
         Krea2DenoiseInvocation: {
             /**
@@ -4500,18 +4527,49 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The model, or a transformer file of its family; {"key": "..."} or {"name": "..."} of an installed model */
-            model?: components["schemas"]["ModelIdentifier"];
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description InvokeAI's latents for image-to-image; this server has none for Krea-2 yet (null) */
+            latents?: components["schemas"]["LatentsField"] | null;
             /**
-             * Seed
-             * @description The seed of the noise
+             * Denoise Mask
+             * @description InvokeAI's inpainting mask; this server has no inpainting yet (null)
+             */
+            denoise_mask?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Denoising Start
+             * @description Where in the schedule to start; only 0 (from noise) is supported
              * @default 0
              */
-            seed: number;
-            /** @description What the image shows (krea2_text_encoder) */
-            positive_conditioning?: components["schemas"]["ConditioningField"];
-            /** @description What the image avoids (krea2_text_encoder); needed when guidance_scale > 0 */
-            negative_conditioning?: components["schemas"]["ConditioningField"] | null;
+            denoising_start: number;
+            /**
+             * Denoising End
+             * @description Where in the schedule to stop; only 1 (the end) is supported
+             * @default 1
+             */
+            denoising_end: number;
+            /** @description The transformer (krea2_model_loader) */
+            transformer?: components["schemas"]["TransformerField"];
+            /**
+             * Positive Conditioning
+             * @description What the image shows (krea2_text_encoder): one conditioning, or a list of one (collect)
+             */
+            positive_conditioning?: components["schemas"]["Krea2ConditioningField"] | components["schemas"]["Krea2ConditioningField"][];
+            /**
+             * Negative Conditioning
+             * @description What the image avoids, for a cfg_scale above 1 (krea2_text_encoder)
+             */
+            negative_conditioning?: components["schemas"]["Krea2ConditioningField"] | components["schemas"]["Krea2ConditioningField"][] | null;
+            /**
+             * Cfg Scale
+             * @description Classifier-free guidance scale (1 or less: none), or one per step
+             * @default 1
+             */
+            cfg_scale: number | number[];
             /**
              * Width
              * @description The width, a multiple of 16
@@ -4527,20 +4585,84 @@ export interface components {
             /**
              * Steps
              * @description The number of denoising steps
-             * @default 28
+             * @default 8
              */
             steps: number;
             /**
-             * Guidance Scale
-             * @description Classifier-free guidance (Krea-2's convention); 0 turns it off
-             * @default 4.5
+             * Seed
+             * @description The seed of the noise
+             * @default 0
              */
-            guidance_scale: number;
+            seed: number;
+            /**
+             * Shift
+             * @description The schedule's shift (mu); unset or 0: the model's (fixed for the distilled model, else resolution-dependent)
+             */
+            shift?: number | null;
+            /**
+             * Style Reference
+             * @description InvokeAI's style reference; this server takes none yet (null)
+             */
+            style_reference?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description InvokeAI's style-reference prompt; this server takes none yet (null) */
+            style_reference_conditioning?: components["schemas"]["Krea2ConditioningField"] | null;
+        };
+        /**
+         * Krea2ModelLoaderInvocation
+         * @description A Krea-2 model's transformer, Qwen3-VL encoder and Qwen-Image VAE, for the other Krea-2 nodes. The encoder
+         *     and VAE come from `qwen3_vl_encoder_model` and `vae_model` when given, else from the model itself or, for a
+         *     lone transformer (a GGUF file), from the installed Krea-2 pipeline it is paired with.
+         */
+        Krea2ModelLoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "krea2_model_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The Krea-2 model or transformer file */
+            model?: components["schemas"]["ModelIdentifier"];
+            /** @description A Krea-2 model whose Qwen-Image VAE to use instead of the model's */
+            vae_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description A Krea-2 model whose Qwen3-VL text encoder to use instead of the model's */
+            qwen3_vl_encoder_model?: components["schemas"]["ModelIdentifier"] | null;
+        };
+        /** Krea2ModelLoaderOutput */
+        Krea2ModelLoaderOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "krea2_model_loader_output";
+            /** @description The transformer (krea2_denoise) */
+            transformer: components["schemas"]["TransformerField"];
+            /** @description The Qwen3-VL encoder and its tokenizer (krea2_text_encoder) */
+            qwen3_vl_encoder: components["schemas"]["Qwen3VLEncoderField"];
+            /** @description The Qwen-Image VAE (qwen_image_l2i) */
+            vae: components["schemas"]["VAEField"];
         };
         /**
          * Krea2TextEncoderInvocation
-         * @description A prompt encoded by the model's Qwen3-VL text model: the hidden states of the layers the pipeline taps, for
-         *     krea2_denoise's positive or negative conditioning.
+         * @description A prompt encoded by the Qwen3-VL text model: the hidden states of the layers the pipeline taps, padded to
+         *     512 tokens with a mask, for krea2_denoise's positive or negative conditioning.
          */
         Krea2TextEncoderInvocation: {
             /**
@@ -4565,46 +4687,15 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description The Krea-2 model (a GGUF transformer gets this component from its paired Krea-2 pipeline); {"key": "..."} or {"name": "..."} of an installed model */
-            model?: components["schemas"]["ModelIdentifier"];
             /**
              * Prompt
              * @description The prompt
-             * @default
              */
-            prompt: string;
-        };
-        /**
-         * Krea2VaeDecodeInvocation
-         * @description The image the model's Qwen-Image VAE decodes from latents.
-         */
-        Krea2VaeDecodeInvocation: {
-            /**
-             * Id
-             * @description The id of this node; unique within its graph
-             */
-            id: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "krea2_vae_decode";
-            /**
-             * Is Intermediate
-             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
-             * @default false
-             */
-            is_intermediate: boolean;
-            /**
-             * Use Cache
-             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
-             * @default true
-             */
-            use_cache: boolean;
-            /** @description The model (a lone transformer gets this component from the pipeline of its family paired with it); {"key": "..."} or {"name": "..."} of an installed model */
-            model?: components["schemas"]["ModelIdentifier"];
-            /** @description The latents to decode (the family's denoise node) */
-            latents?: components["schemas"]["LatentsField"];
+            prompt?: string;
+            /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
+            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
+            /** @description The Qwen3-VL encoder (krea2_model_loader) */
+            qwen3_vl_encoder?: components["schemas"]["Qwen3VLEncoderField"];
         };
         /**
          * LatentsField
@@ -5897,6 +5988,72 @@ export interface components {
             loras?: {
                 [key: string]: unknown;
             }[];
+        };
+        /**
+         * Qwen3VLEncoderField
+         * @description InvokeAI's handle on Krea-2's Qwen3-VL text encoder and its tokenizer.
+         */
+        Qwen3VLEncoderField: {
+            /** @description The model whose tokenizer this is */
+            tokenizer: components["schemas"]["ModelIdentifier"];
+            /** @description The model whose Qwen3-VL text encoder this is */
+            text_encoder: components["schemas"]["ModelIdentifier"];
+            /**
+             * Loras
+             * @description InvokeAI's LoRAs; this server takes none yet (empty)
+             */
+            loras?: {
+                [key: string]: unknown;
+            }[];
+        };
+        /**
+         * QwenImageLatentsToImageInvocation
+         * @description The image the Qwen-Image VAE decodes from latents: InvokeAI's node for Qwen-Image latents, which its Krea-2
+         *     graphs decode with; here it decodes Krea-2's (this server has no Qwen-Image family).
+         */
+        QwenImageLatentsToImageInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "qwen_image_l2i";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description The latents to decode (krea2_denoise) */
+            latents?: components["schemas"]["LatentsField"];
+            /** @description The VAE (krea2_model_loader) */
+            vae?: components["schemas"]["VAEField"];
+            /**
+             * Tiled
+             * @description InvokeAI's tiled decoding; this server decodes whole (false)
+             * @default false
+             */
+            tiled: boolean;
+            /**
+             * Tile Size
+             * @description InvokeAI's tile size; unused while tiled is false
+             * @default 0
+             */
+            tile_size: number;
         };
         /**
          * RandomIntInvocation

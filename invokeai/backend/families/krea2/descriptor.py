@@ -38,12 +38,18 @@ FAMILY = Family(
     # its defaults (None: the Krea 2 text encoder taps); it rewrites no component config.
     pipeline_options={"text_encoder_select_layers": None, "is_distilled": False, "patch_size": 2},
     graph=GraphFacts(
+        # InvokeAI's Krea-2 nodes, wired as its buildKrea2Graph wires them (decoded by its Qwen-Image node).
+        loader="krea2_model_loader",
+        loader_links={
+            "text_encoder": (("qwen3_vl_encoder", "qwen3_vl_encoder"),),
+            "denoise": (("transformer", "transformer"),),
+            "decode": (("vae", "vae"),),
+        },
         text_encoder="krea2_text_encoder",
         denoise="krea2_denoise",
-        decode="krea2_vae_decode",
-        guidance_field="guidance_scale",
-        guidance_label="Guidance scale",
-        guidance_off=0.0,
+        decode="qwen_image_l2i",
+        # InvokeAI's cfg_scale (1: none) against Krea2Pipeline's guidance_scale (0: none).
+        pipeline_guidance_offset=-1.0,
     ),
     config_variants=(
         ConfigVariant(

@@ -173,27 +173,34 @@ def denoise(
     width: int,
     height: int,
     steps: int,
-    guidance_scale: float = 4.5,
+    guidance_scale: float | Sequence[float] = 4.5,
     seed: int,
     device: torch.device | str,
     dtype: torch.dtype,
     on_step: StepCallback | None = None,
     is_distilled: bool = False,
     patch_size: int = 2,
+    mu: float | None = None,
     benchmark: StepBenchmark | None = None,
 ) -> torch.Tensor:
     """Denoised latents (1, C, height/8, width/8), ready for `vae_decode`.
 
     Guidance follows Krea-2's convention: on whenever `guidance_scale > 0`, velocity = cond + scale * (cond -
     uncond), from two batch-1 transformer calls; the negative conditioning is then required (the pipeline encodes ""
-    by default). `scheduler` is one from `invokeai.backend.models.krea2.make_scheduler` (a fresh copy is used).
+    by default). `guidance_scale` may also be one scale per step (InvokeAI's per-step CFG): steps at 0 run the
+    conditional call only. `mu` overrides the schedule's shift (the default: the distilled model's fixed mu, else
+    the resolution-dependent one). `scheduler` is one from `invokeai.backend.models.krea2.make_scheduler` (a fresh
+    copy is used).
     INVOKE_KREA2_SDPA_BACKEND is read once here; `benchmark` replaces the step benchmark that variable would build
     (the GPU benchmark passes its own). `on_step(step, total, latents)` gets unpacked latents after every step.
     """
     multiple = VAE_SCALE_FACTOR * patch_size
     if width % multiple or height % multiple:
         raise ValueError(f"width and height must be multiples of {multiple}, got {width}x{height}")
-    guided = guidance_scale > 0
+    scales = [float(guidance_scale)] * steps if isinstance(guidance_scale, (int, float)) else list(guidance_scale)
+    if len(scales) != steps:
+        raise ValueError(f"{len(scales)} guidance scales given for {steps} steps; give one per step or a single one")
+    guided = any(scale > 0 for scale in scales)
     if guided and (negative_embeds is None or negative_mask is None):
         raise ValueError("guidance_scale > 0 needs negative_embeds and negative_mask (encode the negative prompt)")
     device = torch.device(device)
@@ -213,7 +220,8 @@ def denoise(
     if uncond is not None and uncond[0].shape[1] != cond[0].shape[1]:
         raise ValueError("prompt and negative embeddings must have the same sequence length (max_sequence_length)")
 
-    mu = DISTILLED_MU if is_distilled else image_shift(latents.shape[1], scheduler.config)
+    if mu is None:
+        mu = DISTILLED_MU if is_distilled else image_shift(latents.shape[1], scheduler.config)
     scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), device=device, mu=mu)
     scheduler.set_begin_index(0)
     timesteps = scheduler.timesteps
@@ -238,8 +246,8 @@ def denoise(
             with bench.step() if bench is not None else contextlib.nullcontext():
                 timestep = (t / scheduler.config.num_train_timesteps).expand(latents.shape[0]).to(dtype)
                 v = velocity(latents, cond, timestep)
-                if uncond is not None:
-                    v = v + guidance_scale * (v - velocity(latents, uncond, timestep))
+                if uncond is not None and scales[index] > 0:
+                    v = v + scales[index] * (v - velocity(latents, uncond, timestep))
                 latents = scheduler.step(v, t, latents, return_dict=False)[0]
             if on_step is not None:
                 on_step(index + 1, len(timesteps), unpack_latents(latents, height, width, patch_size))
