@@ -159,14 +159,6 @@ class VAEField(BaseModel):
     )
 
 
-class TensorField(BaseModel):
-    """InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tensor_name: str = Field(description="The name of the tensor in the tensor store")
-
-
 class ConditioningOutput(BaseInvocationOutput):
     type: Literal["conditioning_output"] = "conditioning_output"
     conditioning: ConditioningField = OutputField(description="The conditioning")

@@ -2411,7 +2411,7 @@ export interface components {
             /** @description CLIP (tokenizer, text encoder, LoRAs) and skipped layer count */
             clip?: components["schemas"]["CLIPField"];
             /** @description A mask defining the region that this conditioning prompt applies to. */
-            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__1"] | null;
+            mask?: components["schemas"]["TensorField"] | null;
         };
         /**
          * ConditioningField
@@ -2425,7 +2425,7 @@ export interface components {
              */
             conditioning_name: string;
             /** @description InvokeAI's regional mask; this server takes none yet (null) */
-            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__1"] | null;
+            mask?: components["schemas"]["TensorField"] | null;
         };
         /** ConditioningOutput */
         ConditioningOutput: {
@@ -3106,7 +3106,7 @@ export interface components {
              */
             conditioning_name: string;
             /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
-            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
+            mask?: components["schemas"]["TensorField"] | null;
         };
         /** FluxConditioningOutput */
         FluxConditioningOutput: {
@@ -3424,7 +3424,7 @@ export interface components {
              */
             prompt_2?: string | null;
             /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
-            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
+            mask?: components["schemas"]["TensorField"] | null;
         };
         /**
          * FluxVaeDecodeInvocation
@@ -4485,7 +4485,7 @@ export interface components {
              */
             conditioning_name: string;
             /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
-            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
+            mask?: components["schemas"]["TensorField"] | null;
         };
         /** Krea2ConditioningOutput */
         Krea2ConditioningOutput: {
@@ -4693,7 +4693,7 @@ export interface components {
              */
             prompt?: string;
             /** @description InvokeAI's regional prompt mask; this server takes none yet (null) */
-            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__2"] | null;
+            mask?: components["schemas"]["TensorField"] | null;
             /** @description The Qwen3-VL encoder (krea2_model_loader) */
             qwen3_vl_encoder?: components["schemas"]["Qwen3VLEncoderField"];
         };
@@ -6424,7 +6424,7 @@ export interface components {
              */
             clip2?: components["schemas"]["CLIPField"];
             /** @description A mask defining the region that this conditioning prompt applies to. */
-            mask?: components["schemas"]["invokeai__app__nodes__model_fields__TensorField__1"] | null;
+            mask?: components["schemas"]["TensorField"] | null;
         };
         /**
          * SDXLDenoiseInvocation
@@ -6946,6 +6946,17 @@ export interface components {
             loras?: {
                 [key: string]: unknown;
             }[];
+        };
+        /**
+         * TensorField
+         * @description InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others).
+         */
+        TensorField: {
+            /**
+             * Tensor Name
+             * @description The name of the tensor
+             */
+            tensor_name: string;
         };
         /**
          * TransformerField
@@ -7726,28 +7737,6 @@ export interface components {
             prompt?: string | null;
             /** @description The Qwen3 encoder (z_image_model_loader) */
             qwen3_encoder?: components["schemas"]["Qwen3EncoderField"];
-        };
-        /**
-         * TensorField
-         * @description InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others).
-         */
-        invokeai__app__nodes__model_fields__TensorField__1: {
-            /**
-             * Tensor Name
-             * @description The name of the tensor
-             */
-            tensor_name: string;
-        };
-        /**
-         * TensorField
-         * @description InvokeAI's handle on a tensor in the tensor store (a regional prompt's mask, among others).
-         */
-        invokeai__app__nodes__model_fields__TensorField__2: {
-            /**
-             * Tensor Name
-             * @description The name of the tensor in the tensor store
-             */
-            tensor_name: string;
         };
     };
     responses: never;
