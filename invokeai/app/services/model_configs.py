@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from invokeai.app.services.invokeai_taxonomy import BaseModelType, ModelFormat, ModelType
+from invokeai.app.invokeai_taxonomy import BaseModelType, ModelFormat, ModelType
 from invokeai.app.services.model_records import MODEL_NAME_PATTERN, ModelFamily, ModelRecord
 from invokeai.backend.families import RecordFacts, get_family
 from invokeai.backend.models.describe import describe_model

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from model_test_support import MODELS, installed
 
-from invokeai.app.services.invokeai_taxonomy import INVOKEAI_BASES, INVOKEAI_MODEL_FORMATS, INVOKEAI_MODEL_TYPES
+from invokeai.app.invokeai_taxonomy import BASES, INVOKEAI_MODEL_FORMATS, INVOKEAI_MODEL_TYPES
 from invokeai.backend.families import DemoModel, Family
 from invokeai.backend.families.registry import FAMILIES
 
@@ -57,7 +57,7 @@ def test_a_demo_record_has_invokeais_fields_and_its_familys_base(
     assert INVOKEAI_REQUIRED <= set(record)
     assert record["base"] == family.invokeai.base
     # Every family so far has a base of InvokeAI's own; a family InvokeAI lacks would name one of this server's.
-    assert record["base"] in INVOKEAI_BASES
+    assert record["base"] in BASES
     assert record["type"] in INVOKEAI_MODEL_TYPES and record["format"] in INVOKEAI_MODEL_FORMATS
     assert isinstance(record["file_size"], int) and record["file_size"] == record["size"] > 0
     assert record["file_size"] == sum(
@@ -92,7 +92,7 @@ def test_base_models_filters_by_any_of_the_bases(client: TestClient, records: di
     two = bases[:2]
     assert names(client, base_models=two) == sorted(n for n, r in records.items() if r["base"] in two)
     # A base InvokeAI has but no model here: nothing, not an error.
-    absent = next(base for base in INVOKEAI_BASES if base not in bases)
+    absent = next(base for base in BASES if base not in bases)
     assert names(client, base_models=absent) == []
 
 
@@ -143,7 +143,7 @@ def test_get_by_attrs_finds_by_name_type_and_base(client: TestClient, records: d
         response = client.get(f"{MODELS}/get_by_attrs", params=query)
         assert response.status_code == 200 and response.json() == record
     name, record = next(iter(records.items()))
-    other_base = next(b for b in INVOKEAI_BASES if b != record["base"])
+    other_base = next(b for b in BASES if b != record["base"])
     for query in (
         {"name": name, "type": "vae", "base": record["base"]},
         {"name": name, "type": record["type"], "base": other_base},

@@ -20,8 +20,12 @@ FAMILY_DIRS = sorted(path.parent for path in (REPO / "invokeai/backend/families"
 # Modules outside the family folders that must name families, each with why.
 NAMES_FAMILIES = {
     "invokeai/backend/families/registry.py": "the registry: it imports each family's descriptor, one line a family",
-    "invokeai/app/services/invokeai_taxonomy.py": "InvokeAI's own enums (BaseModelType, ModelType, ModelFormat), "
-    "which its clients send whether or not a family here has the value; families' bases come from descriptors",
+    "invokeai/app/invokeai_taxonomy.py": "InvokeAI's own model vocabulary, some of whose values begin with a family's "
+    "name (sdxl-refiner, flux_redux); the families' own bases come from their descriptors",
+    "invokeai/app/nodes/metadata.py": "core_metadata's generation_mode takes InvokeAI's values (sdxl_txt2img, "
+    "flux_img2img, ...) as its clients send them",
+    "invokeai/app/nodes/sd_invocations.py": "InvokeAI's SD node types: its denoise_latents, l2i, i2l and noise take "
+    "SD-1's and SDXL's models alike, and its SDXL graphs use them with sdxl_model_loader and sdxl_compel_prompt",
 }
 
 

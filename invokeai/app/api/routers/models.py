@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from invokeai.app.api.dependencies import AppServices
 from invokeai.app.api.json_body import ApiRoute
-from invokeai.app.services.invokeai_taxonomy import BaseModelType, ModelFormat, ModelType
+from invokeai.app.invokeai_taxonomy import BaseModelType, ModelFormat, ModelType
 from invokeai.app.services.model_configs import ModelConfig, ModelRecordChanges, configs, matching, model_config
 from invokeai.app.services.model_install import (
     MAX_JOBS,

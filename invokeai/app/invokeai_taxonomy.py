@@ -3,7 +3,8 @@ model filter or a model identifier. A value of InvokeAI's that no model here has
 not an error; one that InvokeAI does not have either is refused (422, naming the values allowed).
 
 This is InvokeAI's word list, not this server's list of families: what a family's models are called comes from its
-descriptor (`Family.invokeai.base`), and a family whose base InvokeAI lacks adds its own value to these."""
+descriptor (`Family.invokeai.base`), once. The bases below are InvokeAI's others (those of the families it runs and
+this server does not); BASES adds every registered family's."""
 
 from __future__ import annotations
 
@@ -11,23 +12,19 @@ from typing import Literal
 
 from invokeai.backend.families import FAMILIES
 
-INVOKEAI_BASES = (
+# InvokeAI 6.14.2's BaseModelType values besides the registered families' own.
+INVOKEAI_OTHER_BASES = (
     "any",
-    "sd-1",
     "sd-2",
     "sd-3",
-    "sdxl",
     "sdxl-refiner",
-    "flux",
     "flux2",
     "cogview4",
-    "z-image",
     "ernie-image",
     "ideogram-4",
     "external",
     "qwen-image",
     "anima",
-    "krea-2",
     "wan",
     "unknown",
 )
@@ -91,7 +88,7 @@ def _with_families(values: tuple[str, ...]) -> tuple[str, ...]:
     return values + tuple(dict.fromkeys(own))
 
 
-BASES = _with_families(INVOKEAI_BASES)
+BASES = _with_families(INVOKEAI_OTHER_BASES)
 BaseModelType = Literal[BASES]  # type: ignore[valid-type]
 ModelType = Literal[INVOKEAI_MODEL_TYPES]  # type: ignore[valid-type]
 ModelFormat = Literal[INVOKEAI_MODEL_FORMATS]  # type: ignore[valid-type]
