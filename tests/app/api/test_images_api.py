@@ -192,13 +192,12 @@ def test_an_upload_answers_invokeai_s_image_dto(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("params", "field"),
     [
-        ({"image_category": None}, "image_category"),
-        ({"is_intermediate": None}, "is_intermediate"),
         ({"image_category": "selfie"}, "image_category"),
+        ({"is_intermediate": "maybe"}, "is_intermediate"),
         ({"session_id": "s" * 256}, "session_id"),
     ],
 )
-def test_an_upload_without_invokeai_s_required_parameters_is_422_naming_them(
+def test_an_upload_with_a_bad_parameter_is_422_naming_it(
     client: TestClient, params: dict[str, Any], field: str
 ) -> None:
     query = {"image_category": "user", "is_intermediate": False, **params}
@@ -210,6 +209,12 @@ def test_an_upload_without_invokeai_s_required_parameters_is_422_naming_them(
     assert response.status_code == 422
     assert ["query", field] in [error["loc"] for error in response.json()["detail"]]
     assert client.get(f"{IMAGES}/").json()["total"] == 0
+
+
+def test_an_upload_without_category_is_a_users_gallery_image(client: TestClient) -> None:
+    response = client.post(f"{IMAGES}/upload", files={"file": ("a.png", png(), "image/png")})
+    assert response.status_code == 201
+    assert (response.json()["image_category"], response.json()["is_intermediate"]) == ("user", False)
 
 
 def test_an_upload_takes_invokeai_s_metadata_board_crop_and_resize(client: TestClient) -> None:

@@ -19,10 +19,10 @@ from PIL import Image
 from server_support import FINISHED, QUEUE, example
 
 INVOKEAI_EXAMPLES = (
-    "invokeai_sd1_text_to_image",
-    "invokeai_sd1_image_to_image",
-    "invokeai_sdxl_text_to_image",
-    "invokeai_sdxl_image_to_image",
+    "invokeai/sd1_text_to_image",
+    "invokeai/sd1_image_to_image",
+    "invokeai/sdxl_text_to_image",
+    "invokeai/sdxl_image_to_image",
 )
 
 

@@ -5017,7 +5017,7 @@ export interface components {
              * @description InvokeAI's base architecture: the family's (its BaseModelType value, docs/families.md).
              * @enum {string}
              */
-            base: "any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown";
+            base: "any" | "sd-2" | "sd-3" | "sdxl-refiner" | "flux2" | "cogview4" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "wan" | "unknown" | "sd-1" | "krea-2" | "flux" | "sdxl" | "z-image";
             /**
              * Variant
              * @description InvokeAI's variant of the base, as its probe reads the model's configs (normal, inpaint, dev, schnell, turbo ...); null where InvokeAI's record has none.
@@ -5438,7 +5438,7 @@ export interface components {
              * Base
              * @description Must be the family's base, if given.
              */
-            base?: ("any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown") | null;
+            base?: ("any" | "sd-2" | "sd-3" | "sdxl-refiner" | "flux2" | "cogview4" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "wan" | "unknown" | "sd-1" | "krea-2" | "flux" | "sdxl" | "z-image") | null;
             /**
              * Type
              * @description Must be what the files are, if given.
@@ -9935,11 +9935,11 @@ export interface operations {
     };
     upload_image: {
         parameters: {
-            query: {
-                /** @description What the image is for (InvokeAI's category). */
-                image_category: "general" | "mask" | "control" | "user" | "other";
-                /** @description Whether the image is intermediate (kept out of lists). */
-                is_intermediate: boolean;
+            query?: {
+                /** @description What the image is for (InvokeAI's category); default: user. */
+                image_category?: "general" | "mask" | "control" | "user" | "other";
+                /** @description Whether the image is intermediate (kept out of lists); default: false. */
+                is_intermediate?: boolean;
                 /** @description The board to put it on. */
                 board_id?: string | null;
                 /** @description The session to record it with. */
@@ -11449,7 +11449,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only models of these bases (any of them). */
-                base_models?: ("any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown")[] | null;
+                base_models?: ("any" | "sd-2" | "sd-3" | "sdxl-refiner" | "flux2" | "cogview4" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "wan" | "unknown" | "sd-1" | "krea-2" | "flux" | "sdxl" | "z-image")[] | null;
                 /** @description Only models of this type. */
                 model_type?: ("onnx" | "main" | "vae" | "lora" | "control_lora" | "controlnet" | "embedding" | "ip_adapter" | "clip_vision" | "clip_embed" | "t2i_adapter" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "spandrel_image_to_image" | "siglip" | "flux_redux" | "llava_onevision" | "prompt_enhancer" | "text_llm" | "external_image_generator" | "pid_decoder" | "unknown") | null;
                 /** @description Only the model of this exact name. */
@@ -11500,7 +11500,7 @@ export interface operations {
                 /** @description The model's type. */
                 type: "onnx" | "main" | "vae" | "lora" | "control_lora" | "controlnet" | "embedding" | "ip_adapter" | "clip_vision" | "clip_embed" | "t2i_adapter" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "spandrel_image_to_image" | "siglip" | "flux_redux" | "llava_onevision" | "prompt_enhancer" | "text_llm" | "external_image_generator" | "pid_decoder" | "unknown";
                 /** @description The model's base. */
-                base: "any" | "sd-1" | "sd-2" | "sd-3" | "sdxl" | "sdxl-refiner" | "flux" | "flux2" | "cogview4" | "z-image" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "krea-2" | "wan" | "unknown";
+                base: "any" | "sd-2" | "sd-3" | "sdxl-refiner" | "flux2" | "cogview4" | "ernie-image" | "ideogram-4" | "external" | "qwen-image" | "anima" | "wan" | "unknown" | "sd-1" | "krea-2" | "flux" | "sdxl" | "z-image";
             };
             header?: never;
             path?: never;

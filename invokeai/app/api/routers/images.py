@@ -316,8 +316,14 @@ def upload_image(
     file: Annotated[UploadFile, File(description="The image file.")],
     services: AppServices,
     response: Response,
-    image_category: Annotated[ImageCategory, Query(description="What the image is for (InvokeAI's category).")],
-    is_intermediate: Annotated[bool, Query(description="Whether the image is intermediate (kept out of lists).")],
+    # InvokeAI requires both; its clients always send them, and an upload without them (a plain HTML form, curl)
+    # is a user's image for the gallery.
+    image_category: Annotated[
+        ImageCategory, Query(description="What the image is for (InvokeAI's category); default: user.")
+    ] = "user",
+    is_intermediate: Annotated[
+        bool, Query(description="Whether the image is intermediate (kept out of lists); default: false.")
+    ] = False,
     board_id: Annotated[str | None, Query(max_length=255, description="The board to put it on.")] = None,
     session_id: Annotated[str | None, Query(max_length=255, description="The session to record it with.")] = None,
     crop_visible: Annotated[bool | None, Query(description="Cut away fully transparent borders.")] = False,
