@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from PIL import Image, ImageColor
-from pydantic import BaseModel, ConfigDict, Field
+from PIL import Image
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from invokeai.app.nodes.base import (
     BaseInvocation,
@@ -21,7 +22,35 @@ from invokeai.app.nodes.model_fields import MetadataField
 
 # Large enough for any real use, small enough that one node cannot exhaust the server's memory.
 MAX_DIMENSION = 8192
-HEX_COLOR_PATTERN = r"^#[0-9a-fA-F]{6}([0-9a-fA-F]{2})?$"
+HEX_COLOR = re.compile(r"#[0-9a-fA-F]{6}([0-9a-fA-F]{2})?")
+
+
+class ColorField(BaseModel):
+    """InvokeAI's color: red, green, blue and alpha, each 0-255."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(ge=0, le=255, description="The red component")
+    g: int = Field(ge=0, le=255, description="The green component")
+    b: int = Field(ge=0, le=255, description="The blue component")
+    a: int = Field(ge=0, le=255, description="The alpha component")
+
+    def tuple(self) -> tuple[int, int, int, int]:
+        return (self.r, self.g, self.b, self.a)
+
+
+def _color_from_hex(value: Any) -> Any:
+    # This server's graphs gave colors as "#rrggbb" or "#rrggbbaa" before it took InvokeAI's ColorField; such a
+    # string is still read (into the ColorField), while the schema shows InvokeAI's object alone.
+    if not isinstance(value, str):
+        return value
+    if HEX_COLOR.fullmatch(value) is None:
+        raise ValueError('a color is an object {"r", "g", "b", "a"} (each 0-255), or a string "#rrggbb" or "#rrggbbaa"')
+    channels = [int(value[i : i + 2], 16) for i in range(1, len(value), 2)]
+    return ColorField(r=channels[0], g=channels[1], b=channels[2], a=channels[3] if len(channels) == 4 else 255)
+
+
+Color = Annotated[ColorField, BeforeValidator(_color_from_hex)]
 
 
 class BoardField(BaseModel):
@@ -83,20 +112,21 @@ class ResampleMode(StrEnum):
 
 
 class BlankImageInvocation(BaseInvocation):
-    """A new image filled with one color; "#rrggbbaa" makes an RGBA image, "#rrggbb" an RGB one."""
+    """A new image of one color, as InvokeAI's blank_image: `mode` RGB drops the color's alpha, RGBA keeps it."""
 
     type: Literal["blank_image"] = "blank_image"
     board: BoardField | None = board_input()
     metadata: MetadataField | None = metadata_input()
     width: int = InputField(default=512, ge=1, le=MAX_DIMENSION, description="The width of the image")
     height: int = InputField(default=512, ge=1, le=MAX_DIMENSION, description="The height of the image")
-    color: str = InputField(
-        default="#000000", pattern=HEX_COLOR_PATTERN, description='The color, as "#rrggbb" or "#rrggbbaa"'
+    mode: Literal["RGB", "RGBA"] = InputField(default="RGB", description="The mode of the image")
+    color: Color = InputField(
+        default=ColorField(r=0, g=0, b=0, a=255),
+        description='The color of the image (a string "#rrggbb" or "#rrggbbaa" is also read)',
     )
 
     def invoke(self, context: InvocationContext) -> ImageOutput:
-        mode = "RGBA" if len(self.color) == 9 else "RGB"
-        image = Image.new(mode, (self.width, self.height), ImageColor.getcolor(self.color, mode))
+        image = Image.new(self.mode, (self.width, self.height), self.color.tuple())
         context.check_canceled()
         return ImageOutput.saved(context, image, metadata=self.metadata, board=self.board)
 

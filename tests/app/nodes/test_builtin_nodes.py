@@ -11,6 +11,7 @@ from PIL import Image
 from invokeai.app.nodes.base import CanceledError, ImageField
 from invokeai.app.nodes.image import (
     BlankImageInvocation,
+    ColorField,
     ImageBlendInvocation,
     ImageOutput,
     ImageResizeInvocation,
@@ -65,10 +66,19 @@ def test_blank_image_has_its_size_and_color(make_context: ContextFactory, images
 
 
 def test_blank_image_with_alpha(make_context: ContextFactory, images: ImageService) -> None:
-    output = BlankImageInvocation(id="a", width=3, height=2, color="#0080FF40").invoke(make_context())
+    color = ColorField(r=0, g=128, b=255, a=64)
+    output = BlankImageInvocation(id="a", width=3, height=2, mode="RGBA", color=color).invoke(make_context())
     image = images.get_pil(output.image.image_name)
     assert image.mode == "RGBA"
     assert image.getpixel((2, 1)) == (0, 128, 255, 64)
+
+
+def test_blank_image_rgb_drops_alpha_as_invokeai_does(make_context: ContextFactory, images: ImageService) -> None:
+    # InvokeAI's default mode is RGB whatever the color's alpha; a "#rrggbbaa" string is read into the ColorField.
+    output = BlankImageInvocation(id="a", width=3, height=2, color="#0080FF40").invoke(make_context())
+    image = images.get_pil(output.image.image_name)
+    assert image.mode == "RGB"
+    assert image.getpixel((2, 1)) == (0, 128, 255)
 
 
 def test_blank_image_records_the_node_and_graph(make_context: ContextFactory, images: ImageService) -> None:

@@ -131,7 +131,7 @@ def test_substitute_field_returns_a_validated_copy() -> None:
         ("a", "type", "integer", "has no input 'type'"),
         ("a", "width", "wide", "node 'a' (blank_image): width: Input should be a valid integer"),
         ("a", "width", -1, "node 'a' (blank_image): width: Input should be greater than or equal to 1"),
-        ("a", "color", "blue", "node 'a' (blank_image): color: String should match pattern"),
+        ("a", "color", "blue", "node 'a' (blank_image): color: Value error, a color is an object"),
         ("r", "image", {"image_name": "x"}, "input 'image' is fed by edge a.image -> r.image"),
     ],
 )
