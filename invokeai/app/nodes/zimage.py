@@ -9,9 +9,9 @@ ZImagePipeline and ZImageImg2ImgPipeline compute. InvokeAI's guidance_scale is c
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, ImageField, InputField, InvocationContext, OutputField
 from invokeai.app.nodes.family_nodes import FamilyNode, size_input
@@ -23,6 +23,7 @@ from invokeai.app.nodes.model_fields import (
     MetadataField,
     ModelIdentifier,
     NoLoras,
+    NoMask,
     TransformerField,
     VAEField,
 )
@@ -38,12 +39,26 @@ from invokeai.app.nodes.model_use import (
     step_reporter,
 )
 from invokeai.app.services.model_records import ModelRecord
-from invokeai.backend.families.zimage.constants import TEXT_TOKENS, TURBO_CFG, TURBO_STEPS
+from invokeai.backend.families.zimage.constants import TEXT_TOKENS, TURBO_CFG
 from invokeai.backend.families.zimage.descriptor import FAMILY as ZIMAGE
 
 CONDITIONING = TensorKind("conditioning", ("z_image_caption",), "z_image_text_encoder")
 LATENTS = TensorKind("latents", ("z_image_latents",), "z_image_denoise or z_image_i2l")
 SchedulerName = Literal[ZIMAGE.scheduler_names]  # type: ignore[valid-type]
+# InvokeAI's z_image_denoise default (Z-Image-Turbo's recommended 8; diffusers' example uses 9).
+INVOKEAI_STEPS = 8
+
+
+def _unsupported(what: str) -> AfterValidator:
+    """An input InvokeAI has for a feature this server lacks for Z-Image: null passes, any other value is refused
+    naming what is missing (rather than run without what the client asked for)."""
+
+    def check(value: Any) -> Any:
+        if value is not None:
+            raise ValueError(f"{what} is not supported by this server yet for Z-Image; send null")
+        return value
+
+    return AfterValidator(check)
 
 
 class ZImageNode(FamilyNode):
@@ -91,7 +106,7 @@ def _ident(record: ModelRecord) -> ModelIdentifier:
 class ZImageModelLoaderInvocation(ZImageNode):
     """A Z-Image model's transformer, Qwen3 encoder and VAE, for the other Z-Image nodes. A lone transformer (a
     single file or GGUF) takes its encoder and VAE from `qwen3_encoder_model` and `vae_model`, else from the
-    installed Z-Image pipeline it is paired with."""
+    installed Z-Image pipeline it is paired with, or from `qwen3_source_model` where that is set."""
 
     type: Literal["z_image_model_loader"] = "z_image_model_loader"
     model: ModelIdentifier = InputField(description="The Z-Image model or transformer file")
@@ -100,6 +115,11 @@ class ZImageModelLoaderInvocation(ZImageNode):
     )
     qwen3_encoder_model: ModelIdentifier | None = InputField(
         default=None, description="A Z-Image model whose Qwen3 text encoder to use instead of the model's"
+    )
+    qwen3_source_model: ModelIdentifier | None = InputField(
+        default=None,
+        description="A Z-Image pipeline to take the VAE and Qwen3 encoder from where vae_model and "
+        "qwen3_encoder_model are unset (unset: the model's own, or the pipeline it is paired with)",
     )
 
     def invoke(self, context: InvocationContext) -> ZImageModelLoaderOutput:
@@ -110,9 +130,10 @@ class ZImageModelLoaderInvocation(ZImageNode):
                 f"model {record.name!r} is a Z-Image {record.type} without a transformer; name a Z-Image pipeline "
                 "or transformer file as the model (a text encoder goes in qwen3_encoder_model)"
             )
-        encoder = family_model(context, self.qwen3_encoder_model, ZIMAGE.name) if self.qwen3_encoder_model else record
+        source = family_model(context, self.qwen3_source_model, ZIMAGE.name) if self.qwen3_source_model else record
+        encoder = family_model(context, self.qwen3_encoder_model, ZIMAGE.name) if self.qwen3_encoder_model else source
         encoder = provider(context, encoder, "text_encoder")
-        vae = context.models.resolve(self.vae_model) if self.vae_model else provider(context, record, "vae")
+        vae = context.models.resolve(self.vae_model) if self.vae_model else provider(context, source, "vae")
         if "vae" not in context.models.components(vae):
             raise ValueError(f"vae_model {vae.name!r} has no VAE")
         channels = context.models.config(vae, "vae").get("latent_channels")
@@ -135,15 +156,18 @@ class ZImageTextEncoderInvocation(ZImageNode):
     padded to 512 tokens with a mask and cut back to the prompt's tokens, for z_image_denoise."""
 
     type: Literal["z_image_text_encoder"] = "z_image_text_encoder"
-    prompt: str | None = InputField(default=None, description="The prompt (unset: empty)")
+    prompt: str = InputField(description="The prompt to encode")
     qwen3_encoder: Qwen3EncoderField = InputField(description="The Qwen3 encoder (z_image_model_loader)")
+    mask: NoMask = InputField(
+        default=None, description="InvokeAI's regional prompt mask; this server has no regional prompts yet (null)"
+    )
 
     def invoke(self, context: InvocationContext) -> ZImageConditioningOutput:
         generation = self.backend()
         encoder = context.models.resolve(self.qwen3_encoder.text_encoder)
         tokenizer = context.models.load(context.models.resolve(self.qwen3_encoder.tokenizer), "tokenizer")
         with context.models.on_device(encoder, "text_encoder", prompt_tokens=TEXT_TOKENS) as text_encoder:
-            caption = generation.encode_prompt(text_encoder, tokenizer, self.prompt or "", context.models.device)
+            caption = generation.encode_prompt(text_encoder, tokenizer, self.prompt, context.models.device)
         name = CONDITIONING.save(context, caption)
         return ZImageConditioningOutput(conditioning=ZImageConditioningField(conditioning_name=name))
 
@@ -162,6 +186,12 @@ class ZImageDenoiseInvocation(ZImageNode):
     latents: LatentsField | None = InputField(
         default=None, description="Latents to start from (z_image_i2l), for image-to-image; their size must match"
     )
+    noise: Annotated[LatentsField | None, _unsupported("noise from another node")] = InputField(
+        default=None, description="InvokeAI's noise input; this server draws the noise from the seed (null)"
+    )
+    denoise_mask: Annotated[Any, _unsupported("inpainting (a denoise mask)")] = InputField(
+        default=None, description="InvokeAI's inpainting mask; this server has no Z-Image inpainting yet (null)"
+    )
     denoising_start: float = InputField(
         default=0.0, ge=0.0, le=1.0, description="With latents: where in the schedule to start (0: from noise)"
     )
@@ -174,12 +204,20 @@ class ZImageDenoiseInvocation(ZImageNode):
     )
     width: int = size_input(ZIMAGE, "width", 1024)
     height: int = size_input(ZIMAGE, "height", 1024)
-    steps: int = InputField(default=TURBO_STEPS, ge=1, le=1000, description="The number of denoising steps")
+    steps: int = InputField(default=INVOKEAI_STEPS, ge=1, le=1000, description="The number of denoising steps")
     seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
     shift: float | None = InputField(
         default=None, ge=0.0, le=100.0, description="The schedule's shift; unset: the model's scheduler config"
     )
     scheduler: SchedulerName = InputField(default="euler", description="The sampler")
+    control: Annotated[Any, _unsupported("Z-Image control (a control image)")] = InputField(
+        default=None, description="InvokeAI's Z-Image control; this server has none yet (null)"
+    )
+    # InvokeAI's frontend connects the loader's VAE here on every graph (InvokeAI encodes control images with it);
+    # without control or inpainting this server has no use for it.
+    vae: VAEField | None = InputField(
+        default=None, description="InvokeAI's VAE for control images and inpainting; accepted and not used"
+    )
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         generation = self.backend()
@@ -257,6 +295,9 @@ class ZImageImageToLatentsInvocation(ZImageNode):
     Give z_image_denoise the same seed to get the image ZImageImg2ImgPipeline makes with that seed."""
 
     type: Literal["z_image_i2l"] = "z_image_i2l"
+    # InvokeAI's node has them (it saves no image, and neither does this one).
+    board: BoardField | None = board_input()
+    metadata: MetadataField | None = metadata_input()
     image: ImageField = InputField(description="The image; its sides must be multiples of 16")
     vae: VAEField = InputField(description="The VAE (z_image_model_loader)")
     seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the posterior sample")
