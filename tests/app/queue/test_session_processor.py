@@ -40,7 +40,8 @@ def test_an_item_runs_in_dependency_order_with_events(
     assert (record.session_id, record.node_id) == (item.session_id, "resize")
     with Image.open(images.full_path(record.image_name)) as png:
         graph = json.loads(png.text[GRAPH_KEY])
-    assert graph["nodes"]["blank"]["color"] == "#ff0000"
+    # The graph is stored as validated: the "#ff0000" the batch sent is read into InvokeAI's ColorField.
+    assert graph["nodes"]["blank"]["color"] == {"r": 255, "g": 0, "b": 0, "a": 255}
 
 
 def test_images_carry_the_batch_workflow_and_the_nodes_intermediate_flag(

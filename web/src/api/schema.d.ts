@@ -1977,7 +1977,7 @@ export interface components {
         };
         /**
          * BlankImageInvocation
-         * @description A new image filled with one color; "#rrggbbaa" makes an RGBA image, "#rrggbb" an RGB one.
+         * @description A new image of one color, as InvokeAI's blank_image: `mode` RGB drops the color's alpha, RGBA keeps it.
          */
         BlankImageInvocation: {
             /**
@@ -2019,11 +2019,22 @@ export interface components {
              */
             height: number;
             /**
-             * Color
-             * @description The color, as "#rrggbb" or "#rrggbbaa"
-             * @default #000000
+             * Mode
+             * @description The mode of the image
+             * @default RGB
+             * @enum {string}
              */
-            color: string;
+            mode: "RGB" | "RGBA";
+            /**
+             * @description The color of the image (a string "#rrggbb" or "#rrggbbaa" is also read)
+             * @default {
+             *       "r": 0,
+             *       "g": 0,
+             *       "b": 0,
+             *       "a": 255
+             *     }
+             */
+            color: components["schemas"]["ColorField"];
         };
         /**
          * BoardChanges
@@ -2373,6 +2384,32 @@ export interface components {
              * @description The collection of input items
              */
             collection: unknown[];
+        };
+        /**
+         * ColorField
+         * @description InvokeAI's color: red, green, blue and alpha, each 0-255.
+         */
+        ColorField: {
+            /**
+             * R
+             * @description The red component
+             */
+            r: number;
+            /**
+             * G
+             * @description The green component
+             */
+            g: number;
+            /**
+             * B
+             * @description The blue component
+             */
+            b: number;
+            /**
+             * A
+             * @description The alpha component
+             */
+            a: number;
         };
         /**
          * CompelInvocation
@@ -7516,6 +7553,13 @@ export interface components {
             negative_conditioning?: components["schemas"]["ZImageConditioningField"] | null;
             /** @description Latents to start from (z_image_i2l), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
+            /** @description InvokeAI's noise input; this server draws the noise from the seed (null) */
+            noise?: components["schemas"]["LatentsField"] | null;
+            /**
+             * Denoise Mask
+             * @description InvokeAI's inpainting mask; this server has no Z-Image inpainting yet (null)
+             */
+            denoise_mask?: unknown;
             /**
              * Denoising Start
              * @description With latents: where in the schedule to start (0: from noise)
@@ -7555,7 +7599,7 @@ export interface components {
             /**
              * Steps
              * @description The number of denoising steps
-             * @default 9
+             * @default 8
              */
             steps: number;
             /**
@@ -7576,6 +7620,13 @@ export interface components {
              * @enum {string}
              */
             scheduler: "euler" | "lcm";
+            /**
+             * Control
+             * @description InvokeAI's Z-Image control; this server has none yet (null)
+             */
+            control?: unknown;
+            /** @description InvokeAI's VAE for control images and inpainting; accepted and not used */
+            vae?: components["schemas"]["VAEField"] | null;
         };
         /**
          * ZImageImageToLatentsInvocation
@@ -7605,6 +7656,10 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
             /** @description The image; its sides must be multiples of 16 */
             image?: components["schemas"]["ImageField"];
             /** @description The VAE (z_image_model_loader) */
@@ -7656,7 +7711,7 @@ export interface components {
          * ZImageModelLoaderInvocation
          * @description A Z-Image model's transformer, Qwen3 encoder and VAE, for the other Z-Image nodes. A lone transformer (a
          *     single file or GGUF) takes its encoder and VAE from `qwen3_encoder_model` and `vae_model`, else from the
-         *     installed Z-Image pipeline it is paired with.
+         *     installed Z-Image pipeline it is paired with, or from `qwen3_source_model` where that is set.
          */
         ZImageModelLoaderInvocation: {
             /**
@@ -7687,6 +7742,8 @@ export interface components {
             vae_model?: components["schemas"]["ModelIdentifier"] | null;
             /** @description A Z-Image model whose Qwen3 text encoder to use instead of the model's */
             qwen3_encoder_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description A Z-Image pipeline to take the VAE and Qwen3 encoder from where vae_model and qwen3_encoder_model are unset (unset: the model's own, or the pipeline it is paired with) */
+            qwen3_source_model?: components["schemas"]["ModelIdentifier"] | null;
         };
         /** ZImageModelLoaderOutput */
         ZImageModelLoaderOutput: {
@@ -7732,11 +7789,13 @@ export interface components {
             use_cache: boolean;
             /**
              * Prompt
-             * @description The prompt (unset: empty)
+             * @description The prompt to encode
              */
-            prompt?: string | null;
+            prompt?: string;
             /** @description The Qwen3 encoder (z_image_model_loader) */
             qwen3_encoder?: components["schemas"]["Qwen3EncoderField"];
+            /** @description InvokeAI's regional prompt mask; this server has no regional prompts yet (null) */
+            mask?: components["schemas"]["TensorField"] | null;
         };
     };
     responses: never;
