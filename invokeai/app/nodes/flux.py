@@ -36,6 +36,10 @@ from invokeai.app.nodes.model_use import (
     family_model,
     fitted_preview,
     latents_output,
+    loaded_transformer_model,
+    loader_part,
+    loader_vae,
+    part_handle,
     provider,
     start_latents,
     step_reporter,
@@ -115,22 +119,6 @@ class FluxConditioningOutput(BaseInvocationOutput):
     conditioning: FluxConditioningField = OutputField(description="The conditioning")
 
 
-def _ident(record: ModelRecord, part: str) -> ModelIdentifier:
-    """The handle on one part of an installed model, as InvokeAI's loader writes it (submodel_type: the part)."""
-    return ModelIdentifier(key=record.key, name=record.name, hash=record.hash, type=record.type, submodel_type=part)
-
-
-def _flux_part(
-    context: InvocationContext, ident: ModelIdentifier, field: str, component: str, what: str
-) -> ModelRecord:
-    """The record providing `component` for a model named in the loader's `field`: a FLUX.1 model that has it, or
-    the pipeline a lone FLUX.1 transformer is paired with."""
-    record = context.models.resolve(ident)
-    if record.family != FAMILY:
-        raise ValueError(f"{field}: model {record.name!r} is of the {record.family} family; {what} comes from FLUX.1")
-    return provider(context, record, component)
-
-
 class FluxModelLoaderInvocation(FluxNode):
     """A FLUX.1 model's transformer, CLIP-L, T5 encoder and VAE, for the other FLUX nodes. The encoders and VAE
     come from `t5_encoder_model`, `clip_embed_model` and `vae_model` when given, else from the model itself or,
@@ -149,40 +137,26 @@ class FluxModelLoaderInvocation(FluxNode):
     )
 
     def invoke(self, context: InvocationContext) -> FluxModelLoaderOutput:
-        record = family_model(context, self.model, FAMILY)
-        # A model without a transformer (a lone VAE file) is refused here, not paired with a pipeline's.
-        if "transformer" not in context.models.components(record):
-            raise ValueError(
-                f"model {record.name!r} is a FLUX.1 {record.type} without a transformer; name a FLUX.1 pipeline or "
-                "transformer file as the model (a VAE goes in vae_model)"
-            )
+        record = loaded_transformer_model(context, self.model, FLUX, "a VAE goes in vae_model")
         t5 = self.t5_encoder_model or self.model
-        t5_record = _flux_part(context, t5, "t5_encoder_model", "text_encoder_2", "the T5 encoder")
+        t5_record = loader_part(context, t5, "t5_encoder_model", "text_encoder_2", "the T5 encoder", FLUX)
         clip = self.clip_embed_model or self.model
-        clip_record = _flux_part(context, clip, "clip_embed_model", "text_encoder", "CLIP-L")
-        vae = context.models.resolve(self.vae_model) if self.vae_model else provider(context, record, "vae")
-        if "vae" not in context.models.components(vae):
-            raise ValueError(f"vae_model: model {vae.name!r} has no VAE")
-        channels = context.models.config(vae, "vae").get("latent_channels")
-        if channels != FLUX.constants.latent_channels:
-            raise ValueError(
-                f"vae_model: model {vae.name!r} has a VAE of {channels} latent channels; FLUX.1's has "
-                f"{FLUX.constants.latent_channels}"
-            )
+        clip_record = loader_part(context, clip, "clip_embed_model", "text_encoder", "CLIP-L", FLUX)
+        vae = loader_vae(context, self.vae_model, record, FLUX)
         # The transformer decides dev (512 T5 tokens) or schnell (256), as InvokeAI's variant does.
         tokens = default_t5_tokens(context.models.config(provider(context, record, "transformer"), "transformer"))
         return FluxModelLoaderOutput(
-            transformer=TransformerField(transformer=_ident(record, "transformer")),
+            transformer=TransformerField(transformer=part_handle(record, "transformer")),
             clip=CLIPField(
-                tokenizer=_ident(provider(context, clip_record, "tokenizer"), "tokenizer"),
-                text_encoder=_ident(clip_record, "text_encoder"),
+                tokenizer=part_handle(provider(context, clip_record, "tokenizer"), "tokenizer"),
+                text_encoder=part_handle(clip_record, "text_encoder"),
                 skipped_layers=0,
             ),
             t5_encoder=T5EncoderField(
-                tokenizer=_ident(provider(context, t5_record, "tokenizer_2"), "tokenizer_2"),
-                text_encoder=_ident(t5_record, "text_encoder_2"),
+                tokenizer=part_handle(provider(context, t5_record, "tokenizer_2"), "tokenizer_2"),
+                text_encoder=part_handle(t5_record, "text_encoder_2"),
             ),
-            vae=VAEField(vae=_ident(vae, "vae")),
+            vae=VAEField(vae=part_handle(vae, "vae")),
             max_seq_len=tokens,
         )
 

@@ -38,6 +38,9 @@ from invokeai.app.nodes.model_use import (
     family_model,
     fitted_preview,
     latents_output,
+    loaded_transformer_model,
+    loader_part,
+    part_handle,
     provider,
     step_reporter,
 )
@@ -125,22 +128,6 @@ class Krea2ConditioningOutput(BaseInvocationOutput):
     conditioning: Krea2ConditioningField = OutputField(description="The conditioning")
 
 
-def _ident(record: ModelRecord, part: str) -> ModelIdentifier:
-    """The handle on one part of an installed model, as InvokeAI's loader writes it (submodel_type: the part)."""
-    return ModelIdentifier(key=record.key, name=record.name, hash=record.hash, type=record.type, submodel_type=part)
-
-
-def _krea2_part(
-    context: InvocationContext, ident: ModelIdentifier, field: str, component: str, what: str
-) -> ModelRecord:
-    """The record providing `component` for a model named in the loader's `field`: a Krea-2 model that has it, or
-    the pipeline a lone Krea-2 transformer is paired with."""
-    record = context.models.resolve(ident)
-    if record.family != FAMILY:
-        raise ValueError(f"{field}: model {record.name!r} is of the {record.family} family; {what} comes from Krea-2")
-    return provider(context, record, component)
-
-
 def _component(context: InvocationContext, ident: ModelIdentifier, component: str) -> ModelRecord:
     """The record providing `component` for a handle (the model itself, or a lone transformer's pair); a model of
     another family is refused, naming both."""
@@ -169,24 +156,19 @@ class Krea2ModelLoaderInvocation(Krea2Node):
     )
 
     def invoke(self, context: InvocationContext) -> Krea2ModelLoaderOutput:
-        record = family_model(context, self.model, FAMILY)
-        # A model without a transformer is refused here, not paired with a pipeline's.
-        if "transformer" not in context.models.components(record):
-            raise ValueError(
-                f"model {record.name!r} is a Krea-2 {record.type} without a transformer; name a Krea-2 pipeline or "
-                "transformer file as the model"
-            )
+        record = loaded_transformer_model(context, self.model, KREA2, "")
         encoder = self.qwen3_vl_encoder_model or self.model
-        encoder_record = _krea2_part(context, encoder, "qwen3_vl_encoder_model", "text_encoder", "the Qwen3-VL encoder")
-        vae = self.vae_model or self.model
-        vae_record = _krea2_part(context, vae, "vae_model", "vae", "the Qwen-Image VAE")
+        encoder_record = loader_part(
+            context, encoder, "qwen3_vl_encoder_model", "text_encoder", "the Qwen3-VL encoder", KREA2
+        )
+        vae_record = loader_part(context, self.vae_model or self.model, "vae_model", "vae", "the Qwen-Image VAE", KREA2)
         return Krea2ModelLoaderOutput(
-            transformer=TransformerField(transformer=_ident(record, "transformer")),
+            transformer=TransformerField(transformer=part_handle(record, "transformer")),
             qwen3_vl_encoder=Qwen3VLEncoderField(
-                tokenizer=_ident(provider(context, encoder_record, "tokenizer"), "tokenizer"),
-                text_encoder=_ident(encoder_record, "text_encoder"),
+                tokenizer=part_handle(provider(context, encoder_record, "tokenizer"), "tokenizer"),
+                text_encoder=part_handle(encoder_record, "text_encoder"),
             ),
-            vae=VAEField(vae=_ident(vae_record, "vae")),
+            vae=VAEField(vae=part_handle(vae_record, "vae")),
         )
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from invokeai.app.nodes.context import InvocationContext
     from invokeai.app.nodes.fields import ImageField
     from invokeai.app.services.model_records import ModelIdentifier, ModelRecord
+    from invokeai.backend.families.family import Family
     from invokeai.backend.generation.preview import RgbProjection
 
 
@@ -43,6 +44,58 @@ def provider(context: InvocationContext, record: ModelRecord, component: str) ->
     if component in context.models.components(record):
         return record
     return context.models.companion(record, component)
+
+
+def part_handle(record: ModelRecord, part: str) -> ModelIdentifier:
+    """The handle on one part of an installed model, as InvokeAI's loaders write it (submodel_type: the part)."""
+    from invokeai.app.services.model_records import ModelIdentifier
+
+    return ModelIdentifier(key=record.key, name=record.name, hash=record.hash, type=record.type, submodel_type=part)
+
+
+def loaded_transformer_model(
+    context: InvocationContext, ident: ModelIdentifier, family: Family, hint: str
+) -> ModelRecord:
+    """The model a family's loader node is given: of the family and with a transformer. A model without one (a
+    lone VAE or text encoder file) is refused here rather than paired with a pipeline's; `hint` says where such a
+    part goes instead."""
+    record = family_model(context, ident, family.name)
+    if "transformer" not in context.models.components(record):
+        raise ValueError(
+            f"model {record.name!r} is a {family.title} {record.type} without a transformer; name a {family.title} "
+            f"pipeline or transformer file as the model{f' ({hint})' if hint else ''}"
+        )
+    return record
+
+
+def loader_part(
+    context: InvocationContext, ident: ModelIdentifier, field: str, component: str, what: str, family: Family
+) -> ModelRecord:
+    """The record providing `component` for a model named in a loader's `field`: a model of the family that has
+    it, or the pipeline a lone transformer of the family is paired with."""
+    record = context.models.resolve(ident)
+    if record.family != family.name:
+        raise ValueError(
+            f"{field}: model {record.name!r} is of the {record.family} family; {what} comes from {family.title}"
+        )
+    return provider(context, record, component)
+
+
+def loader_vae(
+    context: InvocationContext, ident: ModelIdentifier | None, source: ModelRecord, family: Family
+) -> ModelRecord:
+    """The VAE a loader's `vae_model` names (any family's, if its latents have the family's channels), else
+    `source`'s own or its paired pipeline's."""
+    channels = family.constants.latent_channels
+    vae = context.models.resolve(ident) if ident else provider(context, source, "vae")
+    if "vae" not in context.models.components(vae):
+        raise ValueError(f"vae_model: model {vae.name!r} has no VAE")
+    found = context.models.config(vae, "vae").get("latent_channels")
+    if found != channels:
+        raise ValueError(
+            f"vae_model: model {vae.name!r} has a VAE of {found} latent channels; {family.title}'s has {channels}"
+        )
+    return vae
 
 
 def fitted_preview(

@@ -34,11 +34,13 @@ from invokeai.app.nodes.model_use import (
     family_model,
     fitted_preview,
     latents_output,
+    loaded_transformer_model,
+    loader_vae,
+    part_handle,
     provider,
     start_latents,
     step_reporter,
 )
-from invokeai.app.services.model_records import ModelRecord
 from invokeai.backend.families.zimage.constants import TEXT_TOKENS, TURBO_CFG
 from invokeai.backend.families.zimage.descriptor import FAMILY as ZIMAGE
 
@@ -99,10 +101,6 @@ class ZImageConditioningOutput(BaseInvocationOutput):
     conditioning: ZImageConditioningField = OutputField(description="The caption features")
 
 
-def _ident(record: ModelRecord) -> ModelIdentifier:
-    return ModelIdentifier(key=record.key)
-
-
 class ZImageModelLoaderInvocation(ZImageNode):
     """A Z-Image model's transformer, Qwen3 encoder and VAE, for the other Z-Image nodes. A lone transformer (a
     single file or GGUF) takes its encoder and VAE from `qwen3_encoder_model` and `vae_model`, else from the
@@ -123,31 +121,18 @@ class ZImageModelLoaderInvocation(ZImageNode):
     )
 
     def invoke(self, context: InvocationContext) -> ZImageModelLoaderOutput:
-        record = family_model(context, self.model, ZIMAGE.name)
-        # A model without a transformer (a lone text encoder file) is refused here, not paired with a pipeline's.
-        if "transformer" not in context.models.components(record):
-            raise ValueError(
-                f"model {record.name!r} is a Z-Image {record.type} without a transformer; name a Z-Image pipeline "
-                "or transformer file as the model (a text encoder goes in qwen3_encoder_model)"
-            )
+        record = loaded_transformer_model(context, self.model, ZIMAGE, "a text encoder goes in qwen3_encoder_model")
         source = family_model(context, self.qwen3_source_model, ZIMAGE.name) if self.qwen3_source_model else record
         encoder = family_model(context, self.qwen3_encoder_model, ZIMAGE.name) if self.qwen3_encoder_model else source
         encoder = provider(context, encoder, "text_encoder")
-        vae = context.models.resolve(self.vae_model) if self.vae_model else provider(context, source, "vae")
-        if "vae" not in context.models.components(vae):
-            raise ValueError(f"vae_model {vae.name!r} has no VAE")
-        channels = context.models.config(vae, "vae").get("latent_channels")
-        if channels != ZIMAGE.constants.latent_channels:
-            raise ValueError(
-                f"vae_model {vae.name!r} has a VAE of {channels} latent channels; Z-Image's has "
-                f"{ZIMAGE.constants.latent_channels} (FLUX.1's VAE)"
-            )
+        vae = loader_vae(context, self.vae_model, source, ZIMAGE)
         return ZImageModelLoaderOutput(
-            transformer=TransformerField(transformer=_ident(record)),
+            transformer=TransformerField(transformer=part_handle(record, "transformer")),
             qwen3_encoder=Qwen3EncoderField(
-                tokenizer=_ident(provider(context, encoder, "tokenizer")), text_encoder=_ident(encoder)
+                tokenizer=part_handle(provider(context, encoder, "tokenizer"), "tokenizer"),
+                text_encoder=part_handle(encoder, "text_encoder"),
             ),
-            vae=VAEField(vae=_ident(vae)),
+            vae=VAEField(vae=part_handle(vae, "vae")),
         )
 
 
