@@ -1,24 +1,20 @@
 """Every node type this server registers under a name InvokeAI 6.14.2 also has takes InvokeAI's inputs (names,
-requiredness, defaults) and returns InvokeAI's output (its type tag and fields), read from InvokeAI's own OpenAPI
-document. Only the differences listed in ALLOWED may remain, and each must still be there."""
+requiredness, defaults) and returns InvokeAI's output (its type tag and fields), as InvokeAI's own OpenAPI document
+has them (kept in invokeai_node_shapes.json: see invokeai_node_shapes.py). Only the differences listed in ALLOWED may
+remain, and each must still be there."""
 
 from __future__ import annotations
 
 import json
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import pytest
+from invokeai_node_shapes import REFERENCE, SHAPES, extract
 from pydantic import BaseModel
 
 import invokeai.app.nodes  # noqa: F401  (registers every node type)
 from invokeai.app.nodes.base import BaseInvocation, invocation_classes
-
-REFERENCE = Path(__file__).parents[3].parent / "shared" / "reference" / "invokeai-6.14.2-openapi.json"
-
-# Node types another part of the work converts on its own.
-SKIPPED_PREFIXES = ("krea2_",)
 
 # (node type, input) -> why this server's node has an input InvokeAI's lacks. Each has a default that keeps
 # InvokeAI's behaviour, so a graph built for InvokeAI runs the same.
@@ -32,34 +28,8 @@ ALLOWED: dict[tuple[str, str], str] = {
 Shape = tuple[bool, Any]
 
 
-def _reference() -> dict[str, Any]:
-    if not REFERENCE.is_file():
-        pytest.skip(f"InvokeAI 6.14.2's OpenAPI document is not at {REFERENCE}")
-    return json.loads(REFERENCE.read_text())["components"]["schemas"]
-
-
-def _tag(schema: dict[str, Any]) -> str | None:
-    prop = schema.get("properties", {}).get("type", {})
-    return prop.get("const") or (prop.get("enum") or [None])[0] or prop.get("default")
-
-
-def _reference_nodes(schemas: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {
-        _tag(schema): schema
-        for name, schema in schemas.items()
-        if name.endswith("Invocation") and schema.get("class") == "invocation"
-    }
-
-
-def _reference_inputs(schema: dict[str, Any]) -> dict[str, Shape]:
-    # InvokeAI parses a required input as optional (an edge may feed it) and keeps the truth in orig_required and
-    # orig_default; board and metadata are its "internal" inputs.
-    inputs = {}
-    for name, prop in schema["properties"].items():
-        if prop.get("field_kind") in ("input", "internal"):
-            required = bool(prop.get("orig_required", False))
-            inputs[name] = (required, None if required else prop.get("orig_default", prop.get("default")))
-    return inputs
+def _shapes() -> dict[str, dict[str, Any]]:
+    return json.loads(SHAPES.read_text())
 
 
 def _json(value: Any) -> Any:
@@ -78,24 +48,15 @@ def _our_inputs(cls: type[BaseInvocation]) -> dict[str, Shape]:
     return inputs
 
 
-def _output_shape(tag: str | None, fields: set[str]) -> tuple[str | None, list[str]]:
-    return tag, sorted(fields - {"type"})
+def _colliding() -> list[type[BaseInvocation]]:
+    shapes = _shapes()
+    return [cls for cls in invocation_classes() if cls.model_fields["type"].default in shapes]
 
 
-def _colliding() -> list[tuple[type[BaseInvocation], dict[str, Any], dict[str, Any]]]:
-    schemas = _reference()
-    reference = _reference_nodes(schemas)
-    found = []
-    for cls in invocation_classes():
-        tag = cls.model_fields["type"].default
-        if tag in reference and not tag.startswith(SKIPPED_PREFIXES):
-            found.append((cls, reference[tag], schemas))
-    return found
-
-
-def _differences(cls: type[BaseInvocation], schema: dict[str, Any], schemas: dict[str, Any]) -> list[str]:
+def _differences(cls: type[BaseInvocation], shape: dict[str, Any]) -> list[str]:
     tag = cls.model_fields["type"].default
-    theirs, ours = _reference_inputs(schema), _our_inputs(cls)
+    theirs = {name: (required, default) for name, (required, default) in shape["inputs"].items()}
+    ours = _our_inputs(cls)
     found = [f"{tag}: missing InvokeAI's input {name!r} {theirs[name]}" for name in sorted(theirs.keys() - ours)]
     found += [
         f"{tag}: input {name!r} is (required, default) {ours[name]}, InvokeAI's {theirs[name]}"
@@ -107,31 +68,37 @@ def _differences(cls: type[BaseInvocation], schema: dict[str, Any], schemas: dic
         for name in sorted(ours.keys() - theirs.keys())
         if (tag, name) not in ALLOWED
     ]
-    output = schemas[schema["output"]["$ref"].rsplit("/", 1)[-1]]
-    ours_out = cls.output_class()
-    expected = _output_shape(_tag(output), set(output["properties"]))
-    actual = _output_shape(ours_out.model_fields["type"].default, set(ours_out.model_fields))
-    if actual != expected:
-        found.append(f"{tag}: output (type, fields) is {actual}, InvokeAI's {expected}")
+    output = cls.output_class()
+    actual = [output.model_fields["type"].default, sorted(set(output.model_fields) - {"type"})]
+    if actual != shape["output"]:
+        found.append(f"{tag}: output [type, fields] is {actual}, InvokeAI's {shape['output']}")
     return found
 
 
 def test_node_types_invokeai_also_has_take_its_inputs_and_give_its_outputs() -> None:
     colliding = _colliding()
     # The check must not pass by finding nothing to compare.
-    assert {"blank_image", "img_resize", "integer", "denoise_latents", "z_image_denoise"} <= {
-        cls.model_fields["type"].default for cls, _, _ in colliding
+    assert {"blank_image", "img_resize", "denoise_latents", "flux_denoise", "krea2_denoise", "z_image_denoise"} <= {
+        cls.model_fields["type"].default for cls in colliding
     }
-    differences = [line for cls, schema, schemas in colliding for line in _differences(cls, schema, schemas)]
+    shapes = _shapes()
+    differences = [line for cls in colliding for line in _differences(cls, shapes[cls.model_fields["type"].default])]
     assert differences == []
+
+
+@pytest.mark.skipif(not REFERENCE.is_file(), reason=f"InvokeAI 6.14.2's OpenAPI document is not at {REFERENCE}")
+def test_the_committed_shapes_are_the_reference_documents() -> None:
+    # Every node type of InvokeAI's name is in the extract, as the document has it: a new one, or a stale extract,
+    # fails here until `python tests/app/nodes/invokeai_node_shapes.py` is rerun.
+    assert _shapes() == extract()
 
 
 @pytest.mark.parametrize(("node_type", "name"), sorted(ALLOWED))
 def test_each_allowed_difference_is_still_there(node_type: str, name: str) -> None:
-    reference = _reference_nodes(_reference())
+    shapes = _shapes()
     [cls] = [cls for cls in invocation_classes() if cls.model_fields["type"].default == node_type]
-    assert node_type in reference, f"InvokeAI has no {node_type}: drop it from ALLOWED"
+    assert node_type in shapes, f"InvokeAI has no {node_type}: drop it from ALLOWED"
     assert name in cls.input_specs(), f"{node_type} no longer has {name!r}: drop it from ALLOWED"
-    assert name not in _reference_inputs(reference[node_type]), f"InvokeAI's {node_type} has {name!r} too"
+    assert name not in shapes[node_type]["inputs"], f"InvokeAI's {node_type} has {name!r} too"
     # An extra input must be optional, so that InvokeAI's graphs, which never set it, still run.
     assert not cls.input_specs()[name].required
