@@ -1,5 +1,6 @@
-"""A real `invokeai-web` on a fresh root (which installs every family's demo models at its first start), one per
-test module that asks for `server`, and a client of it."""
+"""A real `invokeai-web` on a fresh root (which installs every family's demo models at its first start), one for
+the whole run (its start and demo installs are the slow part; each test makes its own items, images and models and
+reads only those), and a client of it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from web_server import WebServer
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """invokeai-web on a fresh root, on the CPU in float32 (what the stock pipelines are compared in); its base URL
     once it answers (the demo models are installed by then)."""
@@ -23,7 +24,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.traceback_free_log()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def client(server: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server, timeout=60) as client:
         yield client
