@@ -69,10 +69,9 @@ LATENT_KINDS = (
     NOISE,
 )
 
-# InvokeAI 6.14.2's scheduler names that this server has no sampler for yet.
-INVOKEAI_ONLY_SCHEDULERS = frozenset(
-    {"deis", "deis_k", "kdpm_2", "kdpm_2_k", "kdpm_2_a", "kdpm_2_a_k", "dpmpp_2s", "dpmpp_2s_k", "er_sde"}
-)
+# InvokeAI 6.14.2's scheduler names that this server has no sampler for yet: er_sde is InvokeAI's own scheduler
+# class, not one of diffusers'.
+INVOKEAI_ONLY_SCHEDULERS = frozenset({"er_sde"})
 
 
 def _known_scheduler(value: Any) -> Any:

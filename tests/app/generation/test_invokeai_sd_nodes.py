@@ -345,7 +345,7 @@ def _parse_error(graph: dict[str, Any]) -> str:
     ("node", "field", "value", "message"),
     [
         ("denoise_latents:abc", "scheduler", "no_such", "Input should be 'euler'"),
-        ("denoise_latents:abc", "scheduler", "deis", "InvokeAI's scheduler 'deis' is not run by this server yet"),
+        ("denoise_latents:abc", "scheduler", "er_sde", "InvokeAI's scheduler 'er_sde' is not run by this server yet"),
         ("denoise_latents:abc", "hidiffusion", True, "HiDiffusion is not supported by this server yet"),
         ("denoise_latents:abc", "cfg_scale", 0.5, "cfg_scale must be greater than 1"),
         ("denoise_latents:abc", "cfg_rescale_multiplier", 1.0, "less than 1"),

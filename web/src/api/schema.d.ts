@@ -2821,7 +2821,7 @@ export interface components {
              * @default euler
              * @enum {string}
              */
-            scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
+            scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "deis" | "deis_k" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "kdpm_2" | "kdpm_2_k" | "kdpm_2_a" | "kdpm_2_a_k" | "dpmpp_2s" | "dpmpp_2s_k" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
             /**
              * UNet
              * @description UNet (scheduler, LoRAs)
@@ -6270,7 +6270,7 @@ export interface components {
              * @default euler
              * @enum {string}
              */
-            scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
+            scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "deis" | "deis_k" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "kdpm_2" | "kdpm_2_k" | "kdpm_2_a" | "kdpm_2_a_k" | "dpmpp_2s" | "dpmpp_2s_k" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
         };
         /**
          * SDTextEncoderInvocation
@@ -6541,7 +6541,7 @@ export interface components {
              * @default euler
              * @enum {string}
              */
-            scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
+            scheduler: "euler" | "euler_a" | "euler_k" | "ddim" | "ddpm" | "deis" | "deis_k" | "lms" | "lms_k" | "heun" | "heun_k" | "pndm" | "kdpm_2" | "kdpm_2_k" | "kdpm_2_a" | "kdpm_2_a_k" | "dpmpp_2s" | "dpmpp_2s_k" | "dpmpp_2m" | "dpmpp_2m_k" | "dpmpp_2m_sde" | "dpmpp_2m_sde_k" | "dpmpp_3m" | "dpmpp_3m_k" | "dpmpp_sde" | "dpmpp_sde_k" | "unipc" | "unipc_k" | "lcm" | "tcd";
         };
         /**
          * SDXLModelLoaderInvocation
