@@ -28,24 +28,25 @@ Activation terms (B: batch, doubled for the guided UNet; item: element size; p: 
   conv2, a sampler's conv, a transformer's 1x1 proj_in/proj_out). At full size this term dominates small images:
   up_blocks.1's first conv1 (2560 to 1280 channels, 3x3) copies 113 MiB in fp32, more than the UNet's activations
   at 256 px, and without it the estimate was 0.57 of the measured peak there.
-- VAE (decode and encode): a walk over the forward pass keeps, beside each step's working set, what the callers
-  hold (the block input the decoder/encoder keeps while a block runs, the upsampler's or downsampler's input,
+- VAE (decode and encode): a walk over the forward pass keeps, beside each step's working set, what the callers hold
+  (the block input the decoder/encoder keeps while a block runs, the upsampler's or downsampler's input,
   post_quant_conv's output). Resnets: input kept for the shortcut, norm + SiLU, conv1, norm + SiLU, conv2, the 1x1
-  shortcut, the sum and its scaled copy. Upsamplers: input, nearest output (fp32 copies for bf16), conv;
-  downsamplers: input, the asymmetrically padded copy, stride-2 conv; mid block 7 C for its attention; the head
-  (norm, SiLU, conv_out; quant_conv and the posterior in encode). Every convolution adds what PyTorch's CPU path
-  allocates (`_Convs.extra`): oneDNN's reorders into its channel-blocked layout, whose block (8 channels on AVX2,
-  16 on AVX-512) pads narrow layers, so the larger of the two is taken; nothing beyond the output for channels-last
+  shortcut, the sum and its scaled copy. Upsamplers: input, nearest output (fp32 copies for bf16), conv; downsamplers:
+  input, the asymmetrically padded copy, stride-2 conv; mid block 7 C for its attention; the head (norm, SiLU, conv_out;
+  quant_conv and the posterior in encode). Every convolution adds what PyTorch's CPU path allocates (`_Convs.extra`):
+  oneDNN's reorders into its channel-blocked layout, whose block (8 channels on AVX2, 16 on AVX-512) pads narrow layers,
+  so the machine's block is priced (the larger where it is not known); nothing beyond the output for channels-last
   tensors (the decoder after the mid block's attention, fp32 batches of two or more); slow_conv2d's 9x columns for a
   small one-image input; for 16-bit dtypes, oneDNN's channels-last kernels' NHWC copy of the input beside the NHWC
-  output and its copy into the returned tensor; and, beside any oneDNN layout, the weight copy (as the UNet's,
-  spread over the batch because the walk counts per batch entry). Decode x 1.07, encode x 1.05.
+  output and its copy into the returned tensor; and, beside any oneDNN layout, the weight copy (as the UNet's, spread
+  over the batch because the walk counts per batch entry). Decode x 1.07, encode x 1.05.
 The factors scale the walk to what `scripts/calibrate_working_memory.py` measured on CPU for the demo models (peak
 live bytes, fp32, 64-256 px, batches raised to 8 MiB), so the estimate lies between 1.0 and 1.3 times the
 measurement; they cover buffers of a few kilobytes, allocator rounding and, for the UNet and text encoder, oneDNN's
 activation reorders that their walks leave out. The VAE walks match the measured peak within 2% on an AVX-512
-machine (the factors' margin) and overestimate it by up to 20% where oneDNN is limited to AVX2
-(ONEDNN_MAX_CPU_ISA=AVX2, which reproduces an AVX2-only machine's figures), whose 8-channel blocks pad less. The
+machine (the factors' margin); priced with AVX-512's 16-channel blocks, they overestimated an AVX2-only machine's
+(an AMD EPYC; ONEDNN_MAX_CPU_ISA=AVX2 reproduces its figures elsewhere) by up to 32%, since 8-channel blocks pad
+less, so each machine's block is priced. The
 demo models' weights are too small to show the weight copies: `--full-size` measures the same formulas on a
 full-size SD-1.5 (the shipped config, 256 and 512 px), where they are 1.05-1.14 times the measured peak (the table
 is in docs/api.md, "Memory"). On CUDA the same formulas apply without the weight copies (NCHW convolutions priced
@@ -54,6 +55,8 @@ as on the CPU), unverified there until the script is run on a GPU.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -239,12 +242,33 @@ def unet(config: ConfigLike, facts: CallFacts, *, latent_scale: int, factor: flo
 # oneDNN's fp32 direct convolutions (PyTorch's CPU path for most of them) work on NCHW tensors in a channel-blocked
 # layout whose block is the machine's vector width: 8 channels where AVX2 is the widest ISA oneDNN may use, 16 with
 # AVX-512. A layer narrower than a block, or not a multiple of one, is padded up to it, so one model's peak differs
-# by machine; the estimate takes the larger of the two.
+# by machine: the CPU estimate prices the block of the machine it runs on (`cpu_channel_blocks`). Pricing the larger
+# block everywhere overestimated an AVX2-only AMD EPYC's VAE encode by up to 1.32x.
 ONEDNN_CHANNEL_BLOCKS = (8, 16)
+# oneDNN's own cap on the ISA it dispatches to (ONEDNN_MAX_CPU_ISA, formerly DNNL_MAX_CPU_ISA): AVX2 there makes an
+# AVX-512 machine block by 8.
+ONEDNN_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 # PyTorch (ConvParams::use_mkldnn) runs an fp32 3x3 convolution of one image whose input has at most this many
 # elements in its own slow_conv2d, which unfolds the input into columns (kernel area x input channels per output
 # pixel).
 SLOW_CONV_MAX_ELEMENTS = 20480
+
+
+def cpu_channel_blocks(
+    avx512: bool | None = None, avx2: bool | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[int, ...]:
+    """The channel block(s) oneDNN's fp32 convolutions use on this CPU: 16 where it may use AVX-512, 8 where AVX2 is
+    the widest, and both (the estimate takes the worse) where neither is known (an ARM CPU, whose oneDNN runs
+    through the Arm Compute Library, is unmeasured). The arguments stand in for the machine in tests."""
+    avx512 = torch.cpu._is_avx512_supported() if avx512 is None else avx512
+    avx2 = torch.cpu._is_avx2_supported() if avx2 is None else avx2
+    environ = os.environ if environ is None else environ
+    cap = next((environ[name].strip().upper() for name in ONEDNN_ISA_VARIABLES if environ.get(name, "").strip()), "")
+    if avx512 and (not cap or cap.startswith(("AVX512", "AVX10", "AMX", "ALL"))):
+        return (16,)
+    if avx2 or avx512:
+        return (8,)
+    return ONEDNN_CHANNEL_BLOCKS
 
 
 def _padded(channels: int, block: int) -> int:
@@ -258,10 +282,13 @@ class _Convs:
     cpu: bool
     fp32: bool
     batch: int
+    blocks: tuple[int, ...]  # oneDNN's channel blocks to price (the worse of them)
 
     @classmethod
     def of(cls, facts: CallFacts) -> _Convs:
-        return cls(facts.device.type == "cpu", facts.dtype == torch.float32, facts.batch)
+        cpu = facts.device.type == "cpu"
+        blocks = cpu_channel_blocks() if cpu else ONEDNN_CHANNEL_BLOCKS
+        return cls(cpu, facts.dtype == torch.float32, facts.batch, blocks)
 
     def extra(
         self, c_in: int, c_out: int, p_in: int, p_out: int, *, channels_last: bool = False, kernel: int = 3
@@ -276,14 +303,14 @@ class _Convs:
         larger of the other two. 16-bit dtypes (ONEDNN_VERBOSE on an AMX machine: the brgemm kernels take and give
         NHWC) hold an NHWC copy of the input, the NHWC output and its copy into the result at once. Any layout gets
         the weight reordered into oneDNN's blocked layout, on every call (`weight_copy_bytes`), spread over the
-        batch here, as every term is per batch entry. The worst over ONEDNN_CHANNEL_BLOCKS; other devices get the
+        batch here, as every term is per batch entry. The worst over `blocks`; other devices get the
         activation reorders too (unverified)."""
         out = c_out * p_out
         if self.cpu and self.batch == 1 and c_in * p_in <= SLOW_CONV_MAX_ELEMENTS:
             return 9 * c_in * p_out + out
         weights = 0
         if self.cpu:
-            blocked = max(_padded(c_out, b) * (_padded(c_in, b) if c_in >= b else c_in) for b in ONEDNN_CHANNEL_BLOCKS)
+            blocked = max(_padded(c_out, b) * (_padded(c_in, b) if c_in >= b else c_in) for b in self.blocks)
             weights = -(-blocked * kernel * kernel // self.batch)
         if self.cpu and not self.fp32:
             # oneDNN's 16-bit kernels (AMX, AVX-512 BF16) work channels-last: the NCHW input is copied to NHWC,
@@ -292,7 +319,7 @@ class _Convs:
         if self.cpu and channels_last:
             return out + weights
         worst = 0
-        for block in ONEDNN_CHANNEL_BLOCKS:
+        for block in self.blocks:
             blocked_in = _padded(c_in, block) * p_in if c_in >= block else 0
             worst = max(worst, _padded(c_out, block) * p_out + max(blocked_in, out))
         return worst + weights
