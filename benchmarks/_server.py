@@ -14,8 +14,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+
+def uncached(graph: dict[str, Any]) -> dict[str, Any]:
+    """`graph` with `use_cache: false` on every node. The benchmarks enqueue the same graph again and again, which the
+    invocation cache (node_cache_size, on by default as InvokeAI's) would answer without running the nodes: a
+    generation measured so would be the cache's speed, not the model's."""
+    for node in graph["nodes"].values():
+        node["use_cache"] = False
+    return graph
 
 
 def free_port() -> int:

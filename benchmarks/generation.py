@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _server import free_port, start_server, stop_server, wait_up
+from _server import free_port, start_server, stop_server, uncached, wait_up
 from httpx_sse import connect_sse
 
 QUEUE = "/api/v1/queue/default"
@@ -70,6 +70,7 @@ class Case:
         body: dict[str, Any] = json.loads((EXAMPLES / f"{self.example}.json").read_text(encoding="utf-8"))
         if self.steps is not None:
             body["batch"]["graph"]["nodes"]["denoise"][self.steps_field] = self.steps
+        uncached(body["batch"]["graph"])
         return body
 
 

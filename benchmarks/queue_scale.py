@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _server import free_port, start_server, stop_server, wait_up
+from _server import free_port, start_server, stop_server, uncached, wait_up
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 import postgres_support  # noqa: E402  (the tests' private PostgreSQL server, standard library only)
 
 QUEUE = "/api/v1/queue/default"
-TRIVIAL_GRAPH = {"nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []}
+TRIVIAL_GRAPH = uncached({"nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []})
 SD_TARGET = 1.7
 ROUNDS = 3
 FINISHED = ("completed", "failed", "canceled")
@@ -53,7 +53,7 @@ def sd_graph() -> dict[str, Any]:
     body = json.loads((REPO / "docs" / "examples" / "sd_text_to_image.json").read_text())
     graph: dict[str, Any] = body["batch"]["graph"]
     graph["nodes"]["denoise"].update(width=64, height=64, steps=20)
-    return graph
+    return uncached(graph)
 
 
 class Cluster:

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _server import free_port, start_server, stop_server, wait_up
+from _server import free_port, start_server, stop_server, uncached, wait_up
 from httpx_sse import connect_sse
 
 QUEUE = "/api/v1/queue/default"
-TRIVIAL_GRAPH = {"nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []}
+TRIVIAL_GRAPH = uncached({"nodes": {"n": {"id": "n", "type": "integer", "value": 1}}, "edges": []})
 
 
 class StatusClock:
