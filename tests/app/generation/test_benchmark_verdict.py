@@ -75,3 +75,11 @@ def test_the_fixed_cost_item_is_a_batch_the_server_accepts(bench: ModuleType) ->
     body = EnqueueBatchBody.model_validate(bench.FIXED_COST_BODY)
     [node] = body.batch.graph.nodes.values()
     assert node.type == "blank_image"
+
+
+def test_every_measured_graph_runs_uncached(bench: ModuleType) -> None:
+    # The same graph is enqueued round after round: cached, its nodes would not run and the ratio would time lookups.
+    assert bench.CASES
+    for case in bench.CASES:
+        nodes = case.body["batch"]["graph"]["nodes"].values()
+        assert [node.get("use_cache") for node in nodes] == [False] * len(nodes), case.label
