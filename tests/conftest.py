@@ -36,6 +36,7 @@ def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Callable[..., StandInDispatch
         rules = can_serve[0] if len(can_serve) == 1 and isinstance(can_serve[0], dict) else can_serve
         stand_in = StandInDispatcher(rules)
         monkeypatch.setattr(devices, "fused_sdp_choice", stand_in)
+        monkeypatch.setattr(devices, "kernel_can_serve", stand_in.can_serve)
         return stand_in
 
     return make

@@ -3,7 +3,8 @@ settings), and what the attention patch needs to know about devices.
 
 The attention half is also the test seam that lets a CPU-only machine stand in for a GPU: PyTorch's CPU backend
 ignores the kernel order and has neither cuDNN nor memory-efficient attention, so tests replace
-`is_reported_tensor`, `has_reported_device`, `has_cuda`, `is_sage_tensor`, `is_sage_device` and `fused_sdp_choice`
+`is_reported_tensor`, `has_reported_device`, `has_cuda`, `is_sage_tensor`, `is_sage_device`, `fused_sdp_choice` and
+`kernel_can_serve`
 (before `install_attention`, which captures them) to exercise the GPU paths. Torch only: the attention package
 imports this module and must run where torch alone is installed.
 """
@@ -166,3 +167,24 @@ def is_sage_device(device: torch.device) -> bool:
 # PyTorch's own answer to "which kernel serves this call under the current flags and order", as an SDPBackend
 # value; it raises when no kernel can. Tests replace it with a function of the same signature.
 fused_sdp_choice = torch._fused_sdp_choice
+
+
+def _pytorch_can_serve(kernel: str, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:  # type: ignore[no-untyped-def]
+    """PyTorch's own eligibility check of one kernel for one call (the checks its dispatcher walks the order with,
+    the kernel's enable flag included); math serves every call the dispatcher accepts."""
+    if kernel == "MATH":
+        return True
+    can_use = {
+        "FLASH_ATTENTION": torch.backends.cuda.can_use_flash_attention,
+        "EFFICIENT_ATTENTION": torch.backends.cuda.can_use_efficient_attention,
+        "CUDNN_ATTENTION": getattr(torch.backends.cuda, "can_use_cudnn_attention", None),
+    }.get(kernel)
+    if can_use is None:
+        return False
+    params = torch.backends.cuda.SDPAParams(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    return bool(can_use(params, False))
+
+
+# Whether one kernel (by PyTorch's name) can serve a call: (kernel, q, k, v, attn_mask, dropout_p, is_causal,
+# enable_gqa) -> bool. Tests replace it with the stand-in dispatcher's rules.
+kernel_can_serve = _pytorch_can_serve

@@ -131,6 +131,8 @@ def test_attention_answers_the_attention_packages_record(client: TestClient, mon
         installed=True,
         device="cuda:0",
         order=["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"],
+        order_reason="attention_backend 'flash' pins the flash kernel first, then auto's order; sm89: ...",
+        ranked_for="sm89, cuDNN 9.16.0",
         torch_priority_order=["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "OVERRIDEABLE"],
         layers=["cudnn_fallback", "report"],
         cudnn_demoted=False,
@@ -169,6 +171,31 @@ def test_attention_answers_the_attention_packages_record(client: TestClient, mon
 
 def test_attention_answers_the_real_stats(client: TestClient) -> None:
     assert client.get("/api/v1/app/attention").json() == jsonable_encoder(attention_stats())
+
+
+def test_attention_tells_the_order_and_why_it_was_ranked_so(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from invokeai.backend.attention import install_attention, policy
+    from invokeai.backend.attention.testing import pristine_attention
+
+    with pristine_attention():
+        install_attention("efficient", device="cpu")
+        body = client.get("/api/v1/app/attention").json()
+        assert body["order"][0] == "EFFICIENT_ATTENTION"
+        assert body["ranked_for"] == "cpu"
+        assert body["order_reason"].startswith("attention_backend 'efficient' pins the memory-efficient kernel first")
+        assert "cpu: PyTorch picks the kernel itself" in body["order_reason"]
+
+        # A stand-in Hopper with cuDNN 9.16: cuDNN first, as PyTorch ranks it, with the measurement that says why.
+        real = policy.device_facts
+        monkeypatch.setattr(policy, "device_facts", lambda device, capability, cudnn: real(None, (9, 0), 91600))
+        monkeypatch.delenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", raising=False)
+        install_attention("auto", device="cpu")
+        body = client.get("/api/v1/app/attention").json()
+    assert body["order"] == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
+    assert body["ranked_for"] == "sm90, cuDNN 9.16.0"
+    assert "pytorch#142132" in body["order_reason"] and "631" in body["order_reason"]
 
 
 def test_the_attention_schema_is_the_record_field_for_field(client: TestClient) -> None:

@@ -182,8 +182,10 @@ class InvokeAIAppConfig(BaseSettings):
     )
     attention_backend: AttentionSetting = setting(
         "auto",
-        "Attention kernel ranked first for every scaled-dot-product attention call. auto: InvokeAI's order "
-        "(flash, cuDNN, memory-efficient, math). sage: SageAttention where it can serve the call (needs the "
+        "Attention kernel ranked first for every scaled-dot-product attention call. auto: InvokeAI's order for "
+        "the GPU at hand (cuDNN, flash, memory-efficient, math on sm90 and sm100 with cuDNN newer than 9.15.0, "
+        "as PyTorch ranks them; flash, cuDNN, memory-efficient, math elsewhere; docs/attention.md says why). sage: "
+        "SageAttention where it can serve the call (needs the "
         "'sage' extra and a CUDA GPU), auto's order elsewhere. cudnn, flash, efficient, math: that PyTorch "
         "kernel first, then auto's order; a call it cannot serve runs on the next kernel and is reported. "
         "math computes the whole score matrix: slow and memory-hungry, meant for debugging.",

@@ -11,11 +11,19 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 from invokeai.backend import devices
-from invokeai.backend.attention import stats
+from invokeai.backend.attention import cudnn_guard, stats
 from invokeai.backend.attention.cudnn_fallback import CudnnFallback
+from invokeai.backend.attention.cudnn_guard import CudnnGuard
 from invokeai.backend.attention.layer import Layer
 from invokeai.backend.attention.patch import public_function, sdpa_call
-from invokeai.backend.attention.policy import KERNEL_PHRASES, apply_flags, kernel_order, pinned_kernel, read_flags
+from invokeai.backend.attention.policy import (
+    KERNEL_PHRASES,
+    apply_flags,
+    pinned_kernel,
+    ranking,
+    read_flags,
+    settle_pytorch_order,
+)
 from invokeai.backend.attention.probe import probe_kernels, unavailable_kernels
 from invokeai.backend.attention.report import Report
 from invokeai.backend.attention.rocm_guard import RocmGuard, max_fused_head_dim
@@ -27,9 +35,10 @@ from invokeai.backend.attention.state import STATE, AttentionState
 logger = logging.getLogger(__name__)
 
 # Outermost first. The fallback is outside the report, so a cuDNN call that fails is not reported as served and its
-# retry (through the rebuilt SDPA) is reported with the demotion as its reason; the report is outside the guard and
-# Sage, so it sees the calls they serve. Routes are asked in the same order (the guard before Sage).
-LAYERS: tuple[Layer, ...] = (CudnnFallback(), Report(), RocmGuard(), Sage())
+# retry (through the rebuilt SDPA) is reported with the demotion as its reason; the report is outside the guards and
+# Sage, so it sees the calls they serve (the cuDNN guard reports its own first, under the key the report would use).
+# Routes are asked in the same order (the ROCm guard before Sage).
+LAYERS: tuple[Layer, ...] = (CudnnFallback(), Report(), CudnnGuard(), RocmGuard(), Sage())
 
 
 def _default_device() -> torch.device:
@@ -59,6 +68,15 @@ def rebind(state: AttentionState = STATE) -> Callable[..., torch.Tensor]:
 
 def _startup_messages(state: AttentionState) -> None:
     setting, pinned, device = state.setting, state.pinned, state.device
+    if state.ranking is not None:
+        logger.info(
+            "attention_backend %r on %s: kernels ranked %s. Why: %s.%s",
+            setting,
+            device,
+            ", ".join(kernel.name for kernel in state.ranking.order),
+            state.ranking.reason,
+            " The cuDNN guard is on." if state.cudnn_guarded else "",
+        )
     if pinned is None or device is None:
         return
     if not devices.has_reported_device():
@@ -99,10 +117,13 @@ def install_attention(setting: str, device: torch.device | str | None = None) ->
         stats.reset()
         STATE.installation += 1
         STATE.original_sdpa = F.scaled_dot_product_attention
+        settle_pytorch_order(target)
         STATE.previous_flags = read_flags()
         STATE.setting = setting
         STATE.pinned = pinned_kernel(setting)
-        STATE.order = tuple(kernel_order(setting))
+        STATE.ranking = ranking(setting, device=target)
+        STATE.order = STATE.ranking.order
+        STATE.cudnn_guarded = cudnn_guard.needed(STATE.ranking.facts)
         STATE.cudnn_demoted = False
         STATE.window = None
         STATE.serialize = False
@@ -131,6 +152,8 @@ def uninstall_attention() -> None:
         STATE.probe = None
         STATE.unavailable = frozenset()
         STATE.pinned = None
+        STATE.ranking = None
+        STATE.cudnn_guarded = False
         STATE.public = None
         STATE.router = None
         STATE.layers = ()

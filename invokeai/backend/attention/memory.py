@@ -69,6 +69,10 @@ class PricedCall:
     head_dim: int
     has_attn_mask: bool
     is_causal: bool
+    # Images or prompts per call, folded into num_heads and kv_heads: the probe call is shaped (batch, heads per
+    # item), so a layer that looks at one item's heads (the cuDNN guard: fewer than 8 key-value heads) sees what the
+    # real call shows it.
+    batch: int = 1
 
     @property
     def grouped(self) -> bool:
@@ -108,15 +112,18 @@ class PricedCall:
 
     def probe_route(self) -> object:
         """The installed router's answer for a small call of this call's kind: lengths capped at 64 (kept unequal
-        where they differ), the same head layout, mask and causal flag."""
+        where they differ), the same batch and head layout, mask and causal flag."""
         query_len = min(self.query_len, _PROBE_LEN)
         key_len = min(self.key_len, _PROBE_LEN)
         if self.query_len != self.key_len and query_len == key_len:
             key_len += 1 if self.key_len > self.query_len else -1
-        q = torch.zeros(1, self.num_heads, query_len, self.head_dim, device=self.device, dtype=self.dtype)
-        kv = torch.zeros(1, self.kv_heads, key_len, self.head_dim, device=self.device, dtype=self.dtype)
+        batch = self.batch if self.num_heads % self.batch == 0 and self.kv_heads % self.batch == 0 else 1
+        q = torch.zeros(batch, self.num_heads // batch, query_len, self.head_dim, device=self.device, dtype=self.dtype)
+        kv = torch.zeros(batch, self.kv_heads // batch, key_len, self.head_dim, device=self.device, dtype=self.dtype)
         mask = (
-            torch.zeros(1, 1, query_len, key_len, device=self.device, dtype=self.dtype) if self.has_attn_mask else None
+            torch.zeros(batch, 1, query_len, key_len, device=self.device, dtype=self.dtype)
+            if self.has_attn_mask
+            else None
         )
         router = STATE.router if STATE.router is not None else make_router(STATE)
         causal = self.is_causal and not self.has_attn_mask
@@ -142,12 +149,14 @@ def sdpa_score_matrix_bytes(
     kv_heads: int | None = None,
     has_attn_mask: bool = False,
     is_causal: bool = False,
+    batch: int = 1,
 ) -> int:
     """Bytes one call materialises beyond its inputs: 0 on a fused kernel or Sage; on math the score matrix
     (heads x query_len x key_len x bytes per element, plus the causal mask for causal calls), math's copies of its
     operands (grouped-query key and value repeated up to the query heads) and its result, with the scores capped
     per chunk where the ROCm guard chunks. Pass batch x heads as `num_heads`, and batch x key-value heads as
-    `kv_heads` for grouped-query calls (None: as many as `num_heads`).
+    `kv_heads` for grouped-query calls (None: as many as `num_heads`), and the batch as `batch`, so that the kernel
+    priced is the one a call with that many heads per item is served by.
 
     MPS, and any failure of the probe, count as materialising: the conservative answer.
     """
@@ -161,6 +170,7 @@ def sdpa_score_matrix_bytes(
         head_dim=head_dim,
         has_attn_mask=has_attn_mask,
         is_causal=is_causal,
+        batch=max(1, batch),
     )
     if call.device.type == "mps":
         return call.math_bytes()

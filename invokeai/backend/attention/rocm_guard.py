@@ -58,12 +58,16 @@ def max_fused_head_dim() -> int:
         return DEFAULT_MAX_HEAD_DIM
 
 
-def _math(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tensor:  # type: ignore[no-untyped-def]
+def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A bool mask as the additive one SDPA's front end makes of it before any kernel (the aten ops do not)."""
     if mask is not None and mask.dtype == torch.bool:
-        # SDPA's front end turns a bool mask into an additive one before any kernel; the aten op does not.
-        mask = torch.zeros_like(mask, dtype=q.dtype).masked_fill_(mask.logical_not(), float("-inf"))
+        return torch.zeros_like(mask, dtype=dtype).masked_fill_(mask.logical_not(), float("-inf"))
+    return mask
+
+
+def _math(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tensor:  # type: ignore[no-untyped-def]
     return torch.ops.aten._scaled_dot_product_attention_math(
-        q, k, v, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+        q, k, v, additive_mask(mask, q.dtype), dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
     )[0]
 
 

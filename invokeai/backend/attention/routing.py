@@ -1,4 +1,5 @@
-"""Which kernel serves a call under the installed policy: PyTorch's dispatcher, then the layers' own routes.
+"""Which kernel serves a call under the installed policy: PyTorch's dispatcher, then the layers' own routes (claims,
+then reroutes of the dispatcher's choice).
 
 The patch, `serving_kernel` and the memory pricing all ask the router built here, with every argument of the call,
 so what is counted, reported and priced is what runs.
@@ -54,7 +55,8 @@ def make_router(state: AttentionState) -> Router:
             return ERROR
 
     claims = [claim for layer in state.layers if (claim := layer.claim(state)) is not None]
-    if not claims:
+    reroutes = [reroute for layer in state.layers if (reroute := layer.reroute(state)) is not None]
+    if not claims and not reroutes:
         return dispatcher_route
 
     def route(q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
@@ -65,6 +67,10 @@ def make_router(state: AttentionState) -> Router:
             claimed = claim(q, k, v, m, d, c, g)
             if claimed is not None:
                 return claimed
+        for reroute in reroutes:
+            instead = reroute(chosen, q, k, v, m, d, c, s, g)
+            if instead is not None:
+                return instead
         return chosen
 
     return route

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.attention import SDPBackend
 
-from invokeai.backend.attention.policy import AUTO_ORDER, KernelFlags, Window, apply_flags, flags_for
+from invokeai.backend.attention.policy import AUTO_ORDER, KernelFlags, Ranking, Window, apply_flags, flags_for
 
 if TYPE_CHECKING:
     from invokeai.backend.attention.layer import Layer
@@ -24,6 +24,10 @@ class AttentionState:
     device: torch.device | None = None
     pinned: SDPBackend | None = None
     order: tuple[SDPBackend, ...] = AUTO_ORDER
+    # The order the install ranked for its device, with the reason (`order` changes on a demotion; this does not).
+    ranking: Ranking | None = None
+    # Whether the cuDNN guard applies to this device (sm100 family, a torch without the fix).
+    cudnn_guarded: bool = False
     cudnn_demoted: bool = False
     window: Window | None = None
     original_sdpa: Callable[..., torch.Tensor] | None = None

@@ -23,7 +23,7 @@ from invokeai.backend.attention.state import STATE
 
 _DESCRIBED = {"use_attribute_docstrings": True}
 
-ReportReason = Literal["cannot_serve", "unavailable", "demoted", "window", "rocm_guard"]
+ReportReason = Literal["cannot_serve", "unavailable", "demoted", "window", "rocm_guard", "cudnn_guard"]
 EventName = Literal["cudnn_demoted", "sage_disabled"]
 
 
@@ -36,7 +36,8 @@ class AttentionReport:
     node_type: str
     """The node type whose attention call it was ("(no node)" outside any node)."""
     pinned: str
-    """The pinned kernel (PyTorch's name, e.g. EFFICIENT_ATTENTION)."""
+    """The pinned kernel (PyTorch's name, e.g. EFFICIENT_ATTENTION); for a cudnn_guard report, CUDNN_ATTENTION, the
+    kernel the guard kept the call from, pinned or not."""
     serving: str
     """The kernel that served the call instead."""
     reason: ReportReason
@@ -73,10 +74,17 @@ class AttentionStats:
     """The device the install probed and reports for (e.g. cuda:0, cpu); null before the install."""
     order: list[str]
     """The installed ranked kernel list, first choice first (after any cuDNN demotion); empty before the install."""
+    order_reason: str | None
+    """Why the install ranked the kernels in this order on this device, with the facts it rests on (e.g. sm90 with
+    cuDNN newer than 9.15.0: cuDNN first, as PyTorch ranks it); null before the install."""
+    ranked_for: str | None
+    """The device facts the order was ranked for: the architecture and cuDNN version ("sm90, cuDNN 9.16.0"), or
+    "ROCm", "XPU", "cpu", "mps"; null before the install."""
     torch_priority_order: list[str]
     """PyTorch's whole SDPA priority order as it is now (OVERRIDEABLE last; an open window shows here)."""
     layers: list[str]
-    """The optional layers composed around SDPA, outermost first (cudnn_fallback, report, rocm_guard, sage)."""
+    """The optional layers composed around SDPA, outermost first (cudnn_fallback, report, cudnn_guard, rocm_guard,
+    sage)."""
     cudnn_demoted: bool
     """Whether a cuDNN failure demoted cuDNN behind math for the rest of the process."""
     window: str | None
@@ -157,12 +165,15 @@ def attention_stats() -> AttentionStats:
     completed calls per node type and kernel, in all and per device."""
     state = STATE
     window = state.window
+    ranked = state.ranking if state.installed else None
     by_device = call_counts_by_device()  # read once, so the totals are the sum of what is shown per device
     return AttentionStats(
         setting=state.setting,
         installed=state.installed,
         device=str(state.device) if state.device is not None else None,
         order=[kernel.name for kernel in state.order] if state.installed else [],
+        order_reason=ranked.reason if ranked is not None else None,
+        ranked_for=ranked.facts.describe() if ranked is not None else None,
         torch_priority_order=[SDPBackend(b).name for b in torch._C._get_sdp_priority_order()],
         layers=[layer.name for layer in state.layers],
         cudnn_demoted=state.cudnn_demoted,

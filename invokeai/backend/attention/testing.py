@@ -1,11 +1,12 @@
 """Test support for code that depends on the attention policy, usable on a CPU-only machine.
 
 PyTorch's CPU backend ignores the kernel order and has neither cuDNN nor memory-efficient attention, so a test
-that needs "what a GPU's dispatcher would say" replaces `invokeai.backend.devices.fused_sdp_choice` with a
-`StandInDispatcher`: it walks PyTorch's real priority order and flags, as the code under test installed them, and
-answers with the first enabled kernel that can serve the call, by the rules it was given (a kernel name for "any
-call", or a predicate over the call's arguments, which is how a test states a GPU rule such as "flash takes no
-mask"). Where the CPU's own dispatcher can answer, tests ask it too.
+that needs "what a GPU's dispatcher would say" replaces `invokeai.backend.devices.fused_sdp_choice` (and
+`kernel_can_serve`, one kernel's eligibility) with a `StandInDispatcher`: it walks PyTorch's real priority order
+and flags, as the code under test installed them, and answers with the first enabled kernel that can serve the
+call, by the rules it was given (a kernel name for "any call", or a predicate over the call's arguments, which is
+how a test states a GPU rule such as "flash takes no mask"). Where the CPU's own dispatcher can answer, tests ask
+it too.
 
 Like PyTorch's query, the stand-in refuses arguments of the wrong type (`is_causal=0`, `dropout_p=None`), so that
 the patch routes such a call to ERROR and the real call raises PyTorch's own TypeError, as it does on a GPU.
@@ -95,6 +96,12 @@ class StandInDispatcher:
             if kernel in flags.enabled and rule is not None and rule(call):
                 return value_
         raise RuntimeError("No available kernel. Aborting execution.")
+
+    def can_serve(self, kernel, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:  # type: ignore[no-untyped-def]
+        """`devices.kernel_can_serve` as this device would answer it: the kernel is enabled and its rule holds."""
+        rule = self.rules.get(kernel)
+        call = DispatchedCall(query, key, value, attn_mask, dropout_p, is_causal, None, enable_gqa)
+        return rule is not None and getattr(SDPBackend, kernel) in read_flags().enabled and rule(call)
 
 
 @contextmanager

@@ -49,6 +49,7 @@ class AttentionCall:
     has_attn_mask: bool = False
     is_causal: bool = False
     count: int = 1
+    batch: int = 1  # the batch folded into num_heads and kv_heads, so that the priced call has one item's heads
 
     def score_matrix_bytes(self, device: torch.device | str, dtype: torch.dtype) -> int:
         """What one of these calls materialises, as the installed dispatcher would serve it."""
@@ -62,6 +63,7 @@ class AttentionCall:
             kv_heads=self.kv_heads,
             has_attn_mask=self.has_attn_mask,
             is_causal=self.is_causal,
+            batch=self.batch,
         )
 
 

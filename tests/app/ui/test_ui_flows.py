@@ -210,6 +210,19 @@ def test_the_attention_panel_counts_the_calls(ui_server: WebServer, page: Page) 
     shot(page, "attention")
 
 
+def test_the_attention_panel_tells_the_order_and_why(ui_server: WebServer, page: Page) -> None:
+    body = api(ui_server.base, "/api/v1/app/attention")
+    assert body["order_reason"] and body["ranked_for"], body
+    page.goto(ui_server.base + "/")
+    open_page(page, "Attention")
+    region = page.get_by_role("region", name="Attention")
+    expect(region.get_by_label("Ranked for")).to_have_text(f"Ranked for {body['ranked_for']}")
+    expect(region.get_by_label("Why this order")).to_have_text(f"Why: {body['order_reason']}")
+    expect(region.get_by_role("list", name="Ranked kernel order").get_by_role("listitem")).to_have_count(
+        len(body["order"])
+    )
+
+
 def test_screenshots_of_each_page(ui_server: WebServer, page: Page) -> None:
     """One screenshot per page, with the images the tests above made, and one at 390x844 (no sideways scrolling);
     docs/images/ has them (WRITE_DOC_SCREENSHOTS=1 rewrites them, and those of the running item and the token

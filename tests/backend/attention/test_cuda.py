@@ -283,3 +283,44 @@ def test_the_installed_order_applies_inside_compiled_code() -> None:
     compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
     compiled(q, k, v)  # compile outside the profile
     assert _kernels_that_ran(compiled, q, k, v) == ["EFFICIENT_ATTENTION"]
+
+
+def _fresh_process(code: str) -> str:
+    """`code` in a new Python: PyTorch ranks its own kernels once per process, at the first CUDA attention call."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300, check=True
+    )
+    return result.stdout.strip().splitlines()[-1]
+
+
+# (j) The ranking's copy of PyTorch's rule (check_prefer_cudnn_attention) says what PyTorch itself does here.
+def test_pytorchs_own_first_choice_is_the_one_the_ranking_expects_of_it() -> None:
+    code = (
+        "import torch\n"
+        "from invokeai.backend.attention.architecture import device_facts\n"
+        "from invokeai.backend.attention.policy import pytorch_prefers_cudnn\n"
+        "q = torch.zeros(1, 1, 8, 8, device='cuda', dtype=torch.float16)\n"
+        "torch._fused_sdp_choice(q, q, q)\n"
+        "print(torch._C._get_sdp_priority_order()[0] == 3, pytorch_prefers_cudnn(device_facts('cuda')))\n"
+    )
+    pytorch_first_is_cudnn, expected = _fresh_process(code).split()
+    assert pytorch_first_is_cudnn == expected
+
+
+# (k) PyTorch's one-shot default order, set at the first CUDA call, does not replace an installed pin.
+@pytest.mark.parametrize("setting", ["flash", "efficient", "auto"])
+def test_the_first_call_of_a_process_keeps_the_installed_order(setting: str) -> None:
+    code = (
+        "import torch, torch.nn.functional as F\n"
+        "from invokeai.backend.attention import install_attention, kernel_order\n"
+        f"install_attention({setting!r})\n"
+        "q = torch.randn(1, 8, 128, 64, device='cuda', dtype=torch.bfloat16)\n"
+        "F.scaled_dot_product_attention(q, q, q)\n"
+        f"print(torch._C._get_sdp_priority_order()[:4] == [int(k) for k in kernel_order({setting!r})])\n"
+    )
+    assert _fresh_process(code) == "True"

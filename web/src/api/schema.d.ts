@@ -1710,7 +1710,8 @@ export interface components {
             node_type: string;
             /**
              * Pinned
-             * @description The pinned kernel (PyTorch's name, e.g. EFFICIENT_ATTENTION).
+             * @description The pinned kernel (PyTorch's name, e.g. EFFICIENT_ATTENTION); for a cudnn_guard report, CUDNN_ATTENTION, the
+             *     kernel the guard kept the call from, pinned or not.
              */
             pinned: string;
             /**
@@ -1723,7 +1724,7 @@ export interface components {
              * @description Why the pinned kernel did not serve it (docs/attention.md lists each reason).
              * @enum {string}
              */
-            reason: "cannot_serve" | "unavailable" | "demoted" | "window" | "rocm_guard";
+            reason: "cannot_serve" | "unavailable" | "demoted" | "window" | "rocm_guard" | "cudnn_guard";
             /**
              * Message
              * @description The WARNING logged for it, word for word.
@@ -1756,13 +1757,26 @@ export interface components {
              */
             order: string[];
             /**
+             * Order Reason
+             * @description Why the install ranked the kernels in this order on this device, with the facts it rests on (e.g. sm90 with
+             *     cuDNN newer than 9.15.0: cuDNN first, as PyTorch ranks it); null before the install.
+             */
+            order_reason: string | null;
+            /**
+             * Ranked For
+             * @description The device facts the order was ranked for: the architecture and cuDNN version ("sm90, cuDNN 9.16.0"), or
+             *     "ROCm", "XPU", "cpu", "mps"; null before the install.
+             */
+            ranked_for: string | null;
+            /**
              * Torch Priority Order
              * @description PyTorch's whole SDPA priority order as it is now (OVERRIDEABLE last; an open window shows here).
              */
             torch_priority_order: string[];
             /**
              * Layers
-             * @description The optional layers composed around SDPA, outermost first (cudnn_fallback, report, rocm_guard, sage).
+             * @description The optional layers composed around SDPA, outermost first (cudnn_fallback, report, cudnn_guard, rocm_guard,
+             *     sage).
              */
             layers: string[];
             /**

@@ -116,6 +116,11 @@ export function AttentionPage() {
             )}
           </div>
           <h3>Ranked order</h3>
+          {a.ranked_for && (
+            <p class="order-for" aria-label="Ranked for">
+              Ranked for <strong>{a.ranked_for}</strong>
+            </p>
+          )}
           {a.order.length ? (
             <ol class="order" aria-label="Ranked kernel order">
               {a.order.map((k) => (
@@ -127,6 +132,11 @@ export function AttentionPage() {
             </ol>
           ) : (
             <p class="muted">No ranking installed.</p>
+          )}
+          {a.order_reason && (
+            <p class="order-reason" aria-label="Why this order">
+              Why: {a.order_reason}
+            </p>
           )}
           {a.layers.length > 0 && <p>Layers around SDPA: {a.layers.join(" → ")}</p>}
           {a.cudnn_demoted && <p class="error-text">cuDNN was demoted behind math after a failure.</p>}

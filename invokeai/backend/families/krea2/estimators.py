@@ -94,6 +94,7 @@ def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
         has_attn_mask=facts.text_padded,
         is_causal=not facts.text_padded,
         count=layers,
+        batch=facts.batch,
     )
     return WorkingMemory(activation, [call])
 
