@@ -37,6 +37,7 @@ prices the tuned kernel (`Autotune.price`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -45,6 +46,7 @@ import platform
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, get_args
@@ -311,7 +313,8 @@ class TuningFile:
                 temporary.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
                 os.replace(temporary, self.path)
             except OSError as error:
-                temporary.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    temporary.unlink(missing_ok=True)
                 if not self._warned_write:
                     self._warned_write = True
                     logger.warning(
@@ -616,6 +619,11 @@ def bucket_key(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None,
     )
 
 
+# Set while the estimate asks the router about its small probe call: that call's own bucket (lengths capped at 64)
+# is not the priced call's, so its tuned choice must not answer for it (`Autotune.price` looks up the right one).
+_pricing: ContextVar[bool] = ContextVar("invokeai_attention_autotune_pricing", default=False)
+
+
 class Autotune(Layer):
     name = "autotune"
 
@@ -646,9 +654,10 @@ class Autotune(Layer):
         choices, tuning, lookup = tuner.choices, tuner.tuning, tuner.lookup
         eligible = self._eligible(state)
         grad_enabled = torch.is_grad_enabled
+        pricing = _pricing.get
 
         def tuned(chosen, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
-            if d or state.window is not None or q.dim() != 4 or k.dim() != 4 or q.is_nested:
+            if d or state.window is not None or q.dim() != 4 or k.dim() != 4 or q.is_nested or pricing():
                 return None
             if grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
                 return None
@@ -692,14 +701,15 @@ class Autotune(Layer):
         tuner = state.tuner
         assert tuner is not None
         choice = _priced_choice(tuner, call)
-        if choice is None:
-            return inner()
-        if choice.kernel == MATH:
+        if choice is not None and choice.kernel == MATH:
             return call.math_bytes()
-        q, k, v, m, d, c, s, g = call.probe_arguments()
-        if self._eligible(state)(choice.kernel, q, k, v, m, d, c, s, g):
+        if choice is not None and self._eligible(state)(choice.kernel, *call.probe_arguments()):
             return 0
-        return inner()
+        token = _pricing.set(True)
+        try:
+            return inner()
+        finally:
+            _pricing.reset(token)
 
 
 def _priced_choice(tuner: Tuner, call: PricedCall) -> TunedChoice | None:
