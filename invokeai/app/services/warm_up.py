@@ -100,6 +100,17 @@ class WarmUp:
         self._thread = threading.Thread(target=self._load, name="warm-up", daemon=True)
         self._thread.start()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the background load to end; whether it has."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float = 10.0) -> None:
         self._real_work.set()
         if self._thread is not None:
