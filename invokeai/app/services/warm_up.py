@@ -4,9 +4,10 @@ Where the first item after a restart spent its time (docs/performance.md, "The f
 and transformers (seconds of CPU, far more than reading a small model), then reading each component. So:
 
 - Before the server serves (`prepare`), the classes of the models that the last completed items named are imported
-  (no weights read): an item enqueued the moment the server answers finds them imported. A server whose queue has
-  no completed item imports nothing, so a first start, and a server that never generated, start as fast as before.
-- Once the server serves (`start`), a background thread loads those models' components into the RAM model cache,
+  (no weights read): an item enqueued the moment the server answers finds them imported. A queue with no completed
+  item (the first start after the demo install) names none: then the classes of one model per installed family
+  are imported, and no weights are guessed at. A server with no model imports nothing.
+- Once the server serves (`start`), a background thread loads the recent models' components into the RAM cache,
   the most recent item's models first, each only where it fits beside what the cache holds (nothing is evicted for
   a guess). It stops at the first sign of real work (an enqueue, or a worker running an item): a node then loads
   what it needs itself, and a load the warm-up began is finished once, under the cache's lock, not twice.
@@ -67,19 +68,30 @@ class WarmUp:
                 break
         return list(records.values())
 
+    def installed_families(self) -> list[ModelRecord]:
+        """One pipeline per installed family (the first by name): what a server whose queue never completed an item
+        (a first start after the demo install, say) imports for, not knowing which model it will be asked for."""
+        if not self._managers:
+            return []
+        chosen: dict[str, ModelRecord] = {}
+        for record in self._managers[0].records.list(type="main"):
+            chosen.setdefault(record.family, record)
+        return list(chosen.values())
+
     def prepare(self) -> None:
-        """Before serving: import what the recent models load with. Failures are logged, never fatal: the warm-up
-        only saves time."""
+        """Before serving: import what the recent models load with (without a recent one: what every installed
+        family loads with). Failures are logged, never fatal: the warm-up only saves time."""
         try:
             self._records = self.recent_records()
+            importing = self._records or self.installed_families()
         except Exception:
             logger.exception("Warm-up: could not read the recent items' models")
             return
-        if not self._records:
+        if not importing:
             return
         started = time.perf_counter()
         families = set()
-        for record in self._records:
+        for record in importing:
             if record.family in families:
                 continue  # the same family's classes: imported already
             families.add(record.family)
@@ -88,9 +100,10 @@ class WarmUp:
             except Exception as error:  # a model that cannot load fails in its node, with its reason
                 logger.warning("Warm-up: could not import the classes of %s: %s", record.name, error)
         logger.info(
-            "Warm-up: imported the libraries of %s in %.1f s (the models the last items used)",
-            ", ".join(record.name for record in self._records),
+            "Warm-up: imported the libraries of %s in %.1f s (%s)",
+            ", ".join(record.name for record in importing),
             time.perf_counter() - started,
+            "the models the last items used" if self._records else "no item completed yet: one model per family",
         )
 
     def start(self) -> None:

@@ -110,8 +110,23 @@ def test_real_work_stops_it(client: TestClient, sd1: ModelRecord, caplog: pytest
     assert any("stopped for real work" in r.getMessage() for r in caplog.records)
 
 
-def test_a_server_that_never_generated_warms_nothing(client: TestClient, sd1: ModelRecord) -> None:
+def test_a_server_that_never_generated_imports_for_every_family_and_loads_nothing(
+    client: TestClient, sd1: ModelRecord, built_models: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    installed(client, built_models["demo-krea2"], inplace=True)
+    installed(client, built_models["demo-krea2-gguf"], inplace=True)
+    warm_up = warm_up_of(client)
+    assert [r.name for r in warm_up.installed_families()] == ["demo-krea2", "demo-sd1"]
+    caplog.set_level(logging.INFO, logger="invokeai.app.services.warm_up")
+    warm_up.prepare()
+    assert any("libraries of demo-krea2, demo-sd1" in r.getMessage() for r in caplog.records)
+    warm_up.start()
+    assert not warm_up.running and module_keys(client) == []
+
+
+def test_a_server_without_models_warms_nothing(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="invokeai.app.services.warm_up")
     warm_up = warm_up_of(client)
     warm_up.prepare()
     warm_up.start()
-    assert not warm_up.running and module_keys(client) == []
+    assert not warm_up.running and not caplog.records
