@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -243,7 +244,8 @@ class Running:
     def item(self, body: dict[str, Any]) -> float:
         started = time.perf_counter()
         response = self.client.post(f"{QUEUE}/enqueue_batch", json=body)
-        response.raise_for_status()
+        if response.status_code != 200:
+            sys.exit(f"{self.base}: enqueue refused ({response.status_code}): {response.text[:600]}")
         item_id = response.json()["item_ids"][0]
         while True:
             item = self.client.get(f"{QUEUE}/i/{item_id}").json()
@@ -268,9 +270,11 @@ def one_round(side: Side, model_path: Path, work: Path, items: int, port: int) -
     root = work / f"{side.name}-root-{len(side.figures.get('fresh start', []))}"
     log = work / f"{side.name}.log"
     server = Running(side, root, port, log)
-    side.add("fresh start", server.up())
-    model = server.install(model_path)
-    server.stop()
+    try:
+        side.add("fresh start", server.up())
+        model = server.install(model_path)
+    finally:
+        server.stop()
     server = Running(side, root, port, log)
     try:
         side.add("restart", server.up())
@@ -291,6 +295,9 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=19090, help="the port both servers take in turn")
     args = parser.parse_args()
 
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", args.port)) == 0:
+            sys.exit(f"port {args.port} is taken: pass --port")
     this_executable = Path(sys.executable).with_name("invokeai-web")
     if not this_executable.exists():
         sys.exit("invokeai-web is not installed beside this python: pip install -e '.[test]'")
@@ -305,8 +312,8 @@ def main() -> int:
     for number in range(args.rounds):
         for side in sides:
             one_round(side, model_path, work, args.items, args.port)
-            latest = {measure: values[-1] for measure, values in side.figures.items()}
-            print(f"round {number + 1} {side.name}: " + json.dumps({k: round(v, 2) for k, v in latest.items()}))
+            latest = {measure: round(values[-1], 2) for measure, values in side.figures.items()}
+            print(f"round {number + 1} {side.name}: {json.dumps(latest)}", flush=True)
     this, invokeai = sides
     print()
     print("| measure | this server | InvokeAI 6.14.2 | this/InvokeAI | target |")
