@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from invokeai.app.api.app_factory import create_app
 
-    app = create_app(config, demo_models=True)
+    app = create_app(config, demo_models=True, warm_up=True)
     serve(app, config.host, config.port, on_exit=app.state.events.close)
     logger.info("Stopped")
     return 0
