@@ -259,7 +259,7 @@ else
             "$PY" $B/krea2_steps.py --smoke --sizes 32 --steps 2 --runs 1 --warmups 1 --modes unset flash
     else
         for step in "${DIFFUSERS_STEPS[@]}"; do
-            skip_step "$step" "$NEEDS_DIFFUSERS; on a GPU, $WHY_SKIPPED"
+            skip_step "$step" "$NEEDS_DIFFUSERS; the CUDA measurement $WHY_SKIPPED"
         done
     fi
     run_step calibrate_math_memory 60 '(covers|TOO LOW|priced below)' \
