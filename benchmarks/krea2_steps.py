@@ -24,17 +24,16 @@ script itself (its timings mean nothing).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from _random_models import build_random
 
 from invokeai.backend.attention import attention_stats, install_attention, uninstall_attention
 from invokeai.backend.attention.benchmarking import WINDOW_MODES, StepBenchmark
@@ -68,35 +67,12 @@ class CpuStepTimer(StepBenchmark):
         return 0
 
 
-@contextlib.contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def build_transformer(device: torch.device, dtype: torch.dtype, config: dict[str, Any]) -> torch.nn.Module:
-    """The transformer with random weights made on `device` only; norm weights in float32 as diffusers loads them."""
+    """The transformer with random weights made on `device` only; its zero-centred RMSNorm scales at 0 (multiplier
+    1), norm weights in float32 as diffusers loads them."""
     from diffusers import Krea2Transformer2DModel
 
-    with default_dtype(dtype), torch.device("meta"):
-        transformer = Krea2Transformer2DModel(**config)
-    transformer = transformer.to_empty(device=device)
-    generator = torch.Generator(device).manual_seed(0)
-    keep_fp32 = set(transformer._keep_in_fp32_modules)
-    with torch.no_grad():
-        for name, module in transformer.named_modules():
-            if name.rsplit(".", 1)[-1] in keep_fp32:
-                module.float()
-        for name, parameter in transformer.named_parameters():
-            if parameter.dim() == 1 and "norm" in name:
-                parameter.zero_()  # zero-centred RMSNorm scale: multiplier 1
-            else:
-                parameter.normal_(0.0, 0.02, generator=generator)
-    return transformer.eval().requires_grad_(False)
+    return build_random(Krea2Transformer2DModel, config, device, dtype, norm_weight=0.0)
 
 
 def text_conditioning(

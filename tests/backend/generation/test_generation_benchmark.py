@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -21,13 +22,15 @@ SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "krea2_steps.py"
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("krea2_steps_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+def bench() -> Iterator[ModuleType]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPT.parent))  # the script imports its sibling _random_models
+        spec = importlib.util.spec_from_file_location("krea2_steps_benchmark", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        patch.setitem(sys.modules, spec.name, module)  # its dataclasses resolve annotations through sys.modules
+        spec.loader.exec_module(module)
+        yield module
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
