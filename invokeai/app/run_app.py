@@ -59,14 +59,20 @@ def main(argv: list[str] | None = None) -> int:
 
     # Imported here rather than at the top: --help and configuration errors need not wait for torch, and the
     # attention kernels must be installed before anything imports diffusers, transformers or model code.
-    from invokeai.backend.attention import install_attention
+    from invokeai.backend.attention import AUTOTUNE_FILE_NAME, install_attention
 
     # The startup probe asks the configured device what kernels it has; auto lets the package pick the accelerator.
-    install_attention(config.attention_backend, device=None if config.device == "auto" else config.device)
+    # Tuned choices are kept under the root, so that a restart on the same GPU, torch and cuDNN reuses them.
+    install_attention(
+        config.attention_backend,
+        device=None if config.device == "auto" else config.device,
+        autotune=config.attention_autotune == "on",
+        autotune_file=config.root / AUTOTUNE_FILE_NAME,
+    )
 
     from invokeai.app.api.app_factory import create_app
 
-    app = create_app(config, demo_models=True)
+    app = create_app(config, demo_models=True, warm_up=True)
     serve(app, config.host, config.port, on_exit=app.state.events.close)
     logger.info("Stopped")
     return 0

@@ -17,12 +17,14 @@ import invokeai.backend.attention as attention
 import invokeai.app.run_app as run_app
 
 calls = []
-attention.install_attention = lambda setting, device=None: calls.append(
-    ["install", setting, device, sorted(m for m in ("diffusers", "transformers") if m in sys.modules)]
-)
+tuning = []
+def install(setting, device=None, **options):
+    calls.append(["install", setting, device, sorted(m for m in ("diffusers", "transformers") if m in sys.modules)])
+    tuning.append({name: str(value) for name, value in options.items()})
+attention.install_attention = install
 run_app.serve = lambda app, host, port, on_exit=None: calls.append(["serve", type(app).__name__, host, port])
 code = run_app.main(["--root", sys.argv[1], "--port", "0"])
-print(json.dumps({"code": code, "calls": calls}))
+print(json.dumps({"code": code, "calls": calls, "tuning": tuning}))
 """
 
 
@@ -51,7 +53,17 @@ def test_attention_is_installed_first_with_the_configured_setting(
 ) -> None:
     result = _startup(tmp_path, child_env, INVOKEAI_ATTENTION_BACKEND="efficient", INVOKEAI_DEVICE="cpu")
     report = json.loads(result.stdout.splitlines()[-1])
-    assert report == {"code": 0, "calls": [["install", "efficient", "cpu", []], ["serve", "FastAPI", "127.0.0.1", 0]]}
+    assert report["code"] == 0
+    assert report["calls"] == [["install", "efficient", "cpu", []], ["serve", "FastAPI", "127.0.0.1", 0]]
+    assert report["tuning"] == [{"autotune": "False", "autotune_file": str(tmp_path / "attention_autotune.json")}]
+
+
+def test_attention_autotune_is_passed_to_the_install_with_the_file_under_the_root(
+    tmp_path: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    result = _startup(tmp_path, child_env, INVOKEAI_ATTENTION_AUTOTUNE="on", INVOKEAI_DEVICE="cpu")
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["tuning"] == [{"autotune": "True", "autotune_file": str(tmp_path / "attention_autotune.json")}]
 
 
 def test_an_unknown_environment_variable_is_a_startup_warning(

@@ -46,11 +46,15 @@ UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 MULTIPART_OVERHEAD = 1 * MEGABYTE
 
 
-def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_models: bool = False) -> FastAPI:
+def create_app(
+    config: InvokeAIAppConfig, *, run_processor: bool = True, demo_models: bool = False, warm_up: bool = False
+) -> FastAPI:
     """The app; it opens the database and starts the processor only when it starts (its lifespan), so building
     it touches nothing on disk. run_processor=False: items are queued but never run (for API fuzzing).
     demo_models: at start, before serving, install the demo models if the install_demo_models setting asks and no
-    model is installed (invokeai-web passes True; tests that do not exercise it are spared the seconds it takes)."""
+    model is installed (invokeai-web passes True; tests that do not exercise it are spared the seconds it takes).
+    warm_up: at start, import what the models of the last completed items load with, and load them in the
+    background once serving (services/warm_up.py; invokeai-web passes True)."""
     # The bus exists before the services so that the shutdown signal can end the event streams (see serve()).
     events = EventBus()
 
@@ -59,7 +63,10 @@ def create_app(config: InvokeAIAppConfig, *, run_processor: bool = True, demo_mo
         services = build_services(config, events)
         # In a thread: building the demo models takes seconds, and the event loop must stay free meanwhile.
         await asyncio.to_thread(
-            services.start, run_processor=run_processor, demo_models=demo_models and config.install_demo_models
+            services.start,
+            run_processor=run_processor,
+            demo_models=demo_models and config.install_demo_models,
+            warm_up=warm_up and run_processor,
         )
         app.state.services = services
         sockets.start(events)

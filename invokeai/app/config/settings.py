@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from invokeai.backend.attention.settings import AttentionSetting
+from invokeai.backend.attention.settings import AttentionSetting, AutotuneSetting
 
 ENV_PREFIX = "INVOKEAI_"
 ROOT_ENV_VAR = "INVOKEAI_ROOT"
@@ -108,6 +108,13 @@ def _as_written(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
+def _switch(value: Any) -> Any:
+    """attention_autotune as written: YAML reads an unquoted `on` or `off` as a boolean."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
 def _device_list(value: Any) -> Any:
     """generation_devices as a list of entries (or "auto"): a YAML list, or text such as "cuda:0,cuda:1" or
     "[cpu, cpu]" from the environment. Each entry is checked here; whether this machine has it, at startup."""
@@ -175,6 +182,7 @@ class InvokeAIAppConfig(BaseSettings):
     _device_list = field_validator("generation_devices", mode="before")(_device_list)
     _allowed_hosts = field_validator("allowed_hosts", mode="before")(_allowed_hosts)
     _allowed_origins = field_validator("allowed_origins", mode="before")(_allowed_origins)
+    _switch = field_validator("attention_autotune", mode="before")(_switch)
 
     host: str = setting(
         "127.0.0.1",
@@ -234,6 +242,16 @@ class InvokeAIAppConfig(BaseSettings):
         "math computes the whole score matrix: slow and memory-hungry, meant for debugging.",
         startup_only=True,
         common=True,
+    )
+    attention_autotune: AutotuneSetting = setting(
+        "off",
+        "Measured autotuning of the attention kernel. on: the first attention call of each shape bucket (device, "
+        "dtype, head size, heads, grouped-query or not, mask kind, lengths rounded up to powers of two) times every "
+        "kernel that can serve it, a few runs within a bounded budget, and the fastest serves the bucket's later "
+        "calls (a call it cannot serve runs on the ranked order). The choices are kept in "
+        "<root>/attention_autotune.json per GPU, torch and cuDNN version, and reused at the next start. A pinned "
+        "attention_backend (cudnn, flash, efficient, math) overrides it. off: the ranked order alone.",
+        startup_only=True,
     )
     models_dir: Path = setting(
         Path("models"),
@@ -452,6 +470,7 @@ SettingsValues: type[BaseModel] = create_model(
         "_device_list": field_validator("generation_devices", mode="before")(_device_list),
         "_allowed_hosts": field_validator("allowed_hosts", mode="before")(_allowed_hosts),
         "_allowed_origins": field_validator("allowed_origins", mode="before")(_allowed_origins),
+        "_switch": field_validator("attention_autotune", mode="before")(_switch),
     },
     **{name: (field.annotation, field) for name, field in InvokeAIAppConfig.model_fields.items()},
 )

@@ -24,6 +24,7 @@ from invokeai.app.services.queue_leases import LeaseKeeper
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
 from invokeai.app.services.tensors import TensorStore
+from invokeai.app.services.warm_up import WarmUp
 from invokeai.app.services.workflows import WorkflowService
 from invokeai.backend.cache.model_cache import ModelCache
 from invokeai.backend.devices import choose_device, choose_dtype, choose_generation_devices, worker_names
@@ -52,12 +53,15 @@ class Services:
     board_images: BoardImageService
     client_state: ClientStateService
     workflows: WorkflowService
+    warm_up: WarmUp
     # With database_url: this server's events to the others on the database, and theirs to this one's bus.
     relay: EventRelay | None = None
     database_url: str = ""
 
-    def start(self, run_processor: bool = True, demo_models: bool = False) -> None:
-        """demo_models: install the demo models if no model is installed (before the processor takes items)."""
+    def start(self, run_processor: bool = True, demo_models: bool = False, warm_up: bool = False) -> None:
+        """demo_models: install the demo models if no model is installed (before the processor takes items).
+        warm_up: import what the models of the last completed items load with, before returning, and load them in
+        the background afterwards (warm_up.py)."""
         if self.relay is not None:
             # First: what the start publishes (items it recovers) reaches the other servers' clients too.
             self.relay.start()
@@ -81,11 +85,16 @@ class Services:
             except Exception:
                 # The server is useful without them (models can be installed over the API): say why, and go on.
                 logger.exception("Could not install the demo models")
+        if warm_up:
+            self.warm_up.prepare()
         self.leases.start()
         if run_processor:
             self.processor.start()
+        if warm_up:
+            self.warm_up.start()
 
     def stop(self) -> None:
+        self.warm_up.stop()
         self.processor.stop()
         self.installer.stop()  # its jobs write records: before the database closes
         if self.relay is not None:
@@ -125,13 +134,14 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     invocation_cache = InvocationCache(config.node_cache_size, tensors, models_version_of(db))
     # On a shared PostgreSQL queue, items and a resume may come from other servers, which this one is not told of.
     poll = POSTGRES_POLL_SECONDS if db.dialect == "postgresql" else None
+    workers = worker_managers(config, models)
     processor = SessionProcessor(
         queue,
         images,
         events,
         models,
         tensors,
-        workers=worker_managers(config, models),
+        workers=workers,
         poll_seconds=poll,
         cache=invocation_cache,
     )
@@ -154,6 +164,7 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         board_images=BoardImageService(db),
         client_state=ClientStateService(db),
         workflows=WorkflowService(db),
+        warm_up=WarmUp(queue, [manager for _, manager in workers], processor, events),
         relay=relay,
         database_url=config.database_url,
     )

@@ -32,6 +32,8 @@ from invokeai.backend.models.loaders import (
     comparable_config,
     components_of,
     config_defaults,
+    expected_bytes,
+    import_classes,
     load_component,
     pipeline_options,
 )
@@ -201,6 +203,29 @@ class ModelManager:
             if key not in self._small:
                 self._small[key] = self._loader(record, component)()
             return self._small[key]
+
+    def import_libraries(self, record: ModelRecord) -> list[str]:
+        """Import the classes the model's components load with, reading no weights (loaders.import_classes); the
+        names of the classes."""
+        route_ml_library_logging()
+        with _files_of(record):
+            return import_classes(self._probe(record))
+
+    def preload(self, record: ModelRecord, component: str) -> bool:
+        """Load the component into the RAM cache (a tokenizer or scheduler: into this manager's own) if it is not
+        there and fits beside what the cache holds without evicting anything; whether it is held now."""
+        key = cache_key(record, component)
+        if component not in get_family(record.family).module_components:
+            self.load(record, component)
+            return True
+        if self.cache.holds(key):
+            return True
+        with _files_of(record):
+            expected = expected_bytes(self._probe(record), component, self.dtype)
+        if expected > self.cache.free_bytes():
+            return False
+        self.cache.load(key, self._loader(record, component))
+        return self.cache.holds(key)
 
     def config(self, record: ModelRecord, component: str) -> dict[str, Any]:
         """The component's config, read from the model's files: what an estimate needs, without loading the module

@@ -775,6 +775,20 @@ class SessionQueue:
         items = {item.item_id: item for item in self._items(list(rows.values()))}
         return [items[item_id] for item_id in item_ids if item_id in items]
 
+    def recent_models(self, items: int) -> list[str]:
+        """The models (model tokens) that the last `items` completed items of every queue named, the most recently
+        completed item's first, each once: what a restarted server is likely to be asked for next (the warm-up)."""
+        rows = self._db.execute(
+            "SELECT models FROM session_queue WHERE status = 'completed' ORDER BY completed_at DESC, item_id DESC "
+            "LIMIT ?",
+            (items,),
+        )
+        tokens: dict[str, None] = {}
+        for row in rows:
+            # A row's tokens are stored sorted: the order within one item carries nothing.
+            tokens.update(dict.fromkeys(sorted(read_models_column(row["models"]))))
+        return list(tokens)
+
     def current(self, queue_id: str) -> SessionQueueItem | None:
         """The item in progress (with several workers, the oldest of them), or None."""
         rows = self._db.execute(

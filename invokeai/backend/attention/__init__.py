@@ -13,7 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from invokeai.backend.attention.settings import ATTENTION_SETTINGS, AttentionSetting
+from invokeai.backend.attention.settings import (
+    ATTENTION_SETTINGS,
+    AUTOTUNE_FILE_NAME,
+    AUTOTUNE_SETTINGS,
+    AttentionSetting,
+    AutotuneSetting,
+)
 
 if TYPE_CHECKING:
     from invokeai.backend.attention.caller import (
@@ -47,10 +53,13 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "ATTENTION_SETTINGS",
+    "AUTOTUNE_FILE_NAME",
+    "AUTOTUNE_SETTINGS",
     "NO_DEVICE",
     "NO_NODE",
     "AttentionSetting",
     "AttentionStats",
+    "AutotuneSetting",
     "attention_caller",
     "attention_stats",
     "current_device",

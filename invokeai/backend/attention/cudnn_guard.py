@@ -12,7 +12,7 @@ it repeated is not visible here.
 
 A call the dispatcher sends to cuDNN there runs instead on the next kernel of the installed order that is enabled
 and can serve it (PyTorch's own eligibility checks, `devices.kernel_can_serve`), through that kernel's aten operator
-with the preprocessing PyTorch's SDPA applies before it (attention.cpp): never by switching the process-global
+with the preprocessing PyTorch's SDPA applies before it (`kernels.py`): never by switching the process-global
 flags, which would leak into other threads' calls. Math runs as the ROCm guard runs it (chunked above 1 GiB of
 scores). It is reported once per (node type, serving kernel). Only where nothing else is enabled (an exclusive
 cuDNN benchmarking window) does cuDNN keep the call.
@@ -23,21 +23,18 @@ The layer is composed only on the sm100 family and only while the torch at hand 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 
 import torch
-import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 from torch.torch_version import TorchVersion
 
 from invokeai.backend import devices
-from invokeai.backend.attention import stats
+from invokeai.backend.attention import kernels, stats
 from invokeai.backend.attention.architecture import DeviceFacts
 from invokeai.backend.attention.caller import current_node_type
 from invokeai.backend.attention.layer import Call, Layer, Rebuild, Reroute, Route
 from invokeai.backend.attention.policy import read_flags
-from invokeai.backend.attention.rocm_guard import MATH_CHUNK_BYTES, additive_mask, chunked_math
 from invokeai.backend.attention.routing import describe_call
 from invokeai.backend.attention.state import AttentionState
 
@@ -65,40 +62,6 @@ def needed(facts: DeviceFacts, torch_version: str = torch.__version__) -> bool:
     return FIXED_IN is None or TorchVersion(torch_version) < FIXED_IN
 
 
-def _flash(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    """SDPA's flash branch on CUDA: the head dim padded to a multiple of 8, the scale of the unpadded one, the
-    output cut back (flash takes no mask and serves grouped-query heads itself)."""
-    head_dim = q.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    pad = -head_dim % 8
-    if pad:
-        q, k, v = (F.pad(tensor, (0, pad)) for tensor in (q, k, v))
-    out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
-    return out[..., :head_dim] if pad else out
-
-
-def _efficient(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    """SDPA's memory-efficient branch: an additive mask, expanded to (batch, heads, query, key), its last dimension's
-    storage padded to a multiple of 16 (then sliced back), as the kernel needs."""
-    bias = additive_mask(mask, q.dtype)
-    if bias is not None:
-        bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-        key_len = k.shape[2]
-        if key_len % 16:
-            bias = F.pad(bias, (0, 16 - key_len % 16))[..., :key_len]
-        elif any(stride % 16 for stride in bias.stride()[:3]):
-            bias = bias.contiguous()
-    log_sumexp = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    return torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, bias, log_sumexp, dropout_p, is_causal, scale=scale
-    )[0]
-
-
-def _math(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    return chunked_math(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa, MATH_CHUNK_BYTES)
-
-
 class _Guarded:
     """A kernel reached through the guard rather than through PyTorch's order; it reads as the kernel's name."""
 
@@ -114,9 +77,7 @@ class _Guarded:
 
 
 GUARDED: dict[str, _Guarded] = {
-    "FLASH_ATTENTION": _Guarded("FLASH_ATTENTION", _flash),
-    "EFFICIENT_ATTENTION": _Guarded("EFFICIENT_ATTENTION", _efficient),
-    "MATH": _Guarded("MATH", _math),
+    name: _Guarded(name, kernels.RUNS[name]) for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 }
 
 

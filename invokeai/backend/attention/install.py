@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,7 @@ from torch.nn.attention import SDPBackend
 
 from invokeai.backend import devices
 from invokeai.backend.attention import cudnn_guard, stats
+from invokeai.backend.attention.autotune import Autotune, Tuner
 from invokeai.backend.attention.cudnn_fallback import CudnnFallback
 from invokeai.backend.attention.cudnn_guard import CudnnGuard
 from invokeai.backend.attention.layer import Layer
@@ -37,8 +39,9 @@ logger = logging.getLogger(__name__)
 # Outermost first. The fallback is outside the report, so a cuDNN call that fails is not reported as served and its
 # retry (through the rebuilt SDPA) is reported with the demotion as its reason; the report is outside the guards and
 # Sage, so it sees the calls they serve (the cuDNN guard reports its own first, under the key the report would use).
-# Routes are asked in the same order (the ROCm guard before Sage).
-LAYERS: tuple[Layer, ...] = (CudnnFallback(), Report(), CudnnGuard(), RocmGuard(), Sage())
+# Routes are asked in the same order (the ROCm guard before Sage). The autotuner comes last: its reroute is asked
+# only for calls no other layer took or rerouted, and it leaves alone the kernels another layer keeps from a call.
+LAYERS: tuple[Layer, ...] = (CudnnFallback(), Report(), CudnnGuard(), RocmGuard(), Sage(), Autotune())
 
 
 def _default_device() -> torch.device:
@@ -103,15 +106,43 @@ def _startup_messages(state: AttentionState) -> None:
         )
 
 
-def install_attention(setting: str, device: torch.device | str | None = None) -> None:
+def _autotune_messages(state: AttentionState) -> None:
+    if state.autotune == "pinned":
+        logger.info(
+            "attention_autotune 'on' has no effect: attention_backend %r pins a kernel, and a pin overrides tuning.",
+            state.setting,
+        )
+    elif state.tuner is not None:
+        logger.info(
+            "attention_autotune 'on': the first call of each shape bucket times the kernels that can serve it "
+            "(at most %g ms a bucket); choices are kept in %s.",
+            state.tuner.budget_ms,
+            state.tuner.path or "memory only",
+        )
+
+
+def install_attention(
+    setting: str,
+    device: torch.device | str | None = None,
+    *,
+    autotune: bool = False,
+    autotune_file: str | Path | None = None,
+) -> None:
     """Rank PyTorch's SDPA kernels for `setting` and replace SDPA, once per process: a second call with the same
-    setting and device (however it is spelled: "cuda" is "cuda:0" where that is the current device) does nothing;
-    another setting or device installs again, probing that device."""
+    setting, device (however it is spelled: "cuda" is "cuda:0" where that is the current device) and tuning does
+    nothing; anything else installs again, probing that device.
+
+    `autotune`: time the kernels on each shape bucket's first call and rank the fastest first for the bucket
+    (autotune.py), keeping the choices in `autotune_file` (None: in memory only). A pin overrides it."""
     check_setting(setting)
     target = devices.canonical_device(device if device is not None else _default_device())
+    tuning_path = Path(autotune_file) if autotune_file is not None else None
     with STATE.lock:
         if STATE.installed:
-            if STATE.setting == setting and STATE.device == target:
+            tuned_as_asked = (STATE.autotune != "off") == autotune and (
+                not autotune or STATE.tuner is None or STATE.tuner.path == tuning_path
+            )
+            if STATE.setting == setting and STATE.device == target and tuned_as_asked:
                 return
             uninstall_attention()
         stats.reset()
@@ -132,9 +163,12 @@ def install_attention(setting: str, device: torch.device | str | None = None) ->
         STATE.probe = probe_kernels(target)
         STATE.unavailable = unavailable_kernels(STATE.probe)
         STATE.sage = load_sage() if setting == "sage" else None
+        STATE.autotune = "off" if not autotune else "pinned" if STATE.pinned is not None else "on"
+        STATE.tuner = Tuner(STATE, tuning_path) if STATE.autotune == "on" else None
         STATE.apply()
         rebind()
         _startup_messages(STATE)
+        _autotune_messages(STATE)
 
 
 def uninstall_attention() -> None:
@@ -162,3 +196,5 @@ def uninstall_attention() -> None:
         STATE.rocm_max_head_dim = None
         STATE.cudnn_demoted = False
         STATE.serialize = False
+        STATE.autotune = "off"
+        STATE.tuner = None

@@ -110,9 +110,10 @@ class PricedCall:
         """Math run in chunks whose scores stay under `chunk_bytes`."""
         return min(self.scores_bytes(), chunk_bytes) + self.operand_bytes()
 
-    def probe_route(self) -> object:
-        """The installed router's answer for a small call of this call's kind: lengths capped at 64 (kept unequal
-        where they differ), the same batch and head layout, mask and causal flag."""
+    def probe_arguments(self) -> tuple[object, ...]:
+        """A small call of this call's kind, as the router takes it: (q, k, v, attn_mask, dropout_p, is_causal,
+        scale, enable_gqa), with lengths capped at 64 (kept unequal where they differ), the same batch and head
+        layout, mask and causal flag."""
         query_len = min(self.query_len, _PROBE_LEN)
         key_len = min(self.key_len, _PROBE_LEN)
         if self.query_len != self.key_len and query_len == key_len:
@@ -125,9 +126,13 @@ class PricedCall:
             if self.has_attn_mask
             else None
         )
-        router = STATE.router if STATE.router is not None else make_router(STATE)
         causal = self.is_causal and not self.has_attn_mask
-        return router(q, kv, kv, mask, 0.0, causal, None, self.grouped)
+        return q, kv, kv, mask, 0.0, causal, None, self.grouped
+
+    def probe_route(self) -> object:
+        """The installed router's answer for the probe call (`probe_arguments`)."""
+        router = STATE.router if STATE.router is not None else make_router(STATE)
+        return router(*self.probe_arguments())
 
 
 def _dispatcher_price(call: PricedCall) -> int:

@@ -14,9 +14,10 @@ from collections.abc import Callable
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_variadic
 
+from invokeai.backend import devices
 from invokeai.backend.attention.caller import current_tally
 from invokeai.backend.attention.layer import Call
-from invokeai.backend.attention.routing import ERROR, Router
+from invokeai.backend.attention.routing import BACKEND_BY_VALUE, ERROR, Router, route_adjuster
 from invokeai.backend.attention.state import AttentionState
 
 
@@ -50,12 +51,20 @@ def sdpa_call(original: Callable[..., torch.Tensor]) -> Call:
 def public_function(
     state: AttentionState, router: Router, chain: Call, original: Callable[..., torch.Tensor]
 ) -> Callable[..., torch.Tensor]:
-    """A function with SDPA's exact signature (scale and enable_gqa are keyword-only, as in PyTorch)."""
+    """A function with SDPA's exact signature (scale and enable_gqa are keyword-only, as in PyTorch).
+
+    Every call asks PyTorch's dispatcher which kernel serves it. Outside a benchmarking window that question is
+    asked here, inline, rather than through `router` (which asks it the same way): the Python frame a call costs is
+    a tenth of the wrapper's whole budget (docs/attention.md, "Cost"). The layers' claims and reroutes follow, where
+    any layer has them."""
     lock = state.lock
     # torch.compiler.is_compiling(), without its two Python calls: Dynamo (torch.compile, strict torch.export)
     # folds is_dynamo_compiling() to True while it traces, and non-strict torch.export sets the flag.
     dynamo_compiling = torch.compiler.is_dynamo_compiling
     compiler = torch.compiler
+    choice = devices.fused_sdp_choice
+    by_value = BACKEND_BY_VALUE
+    adjust = route_adjuster(state)
 
     def scaled_dot_product_attention(
         query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
@@ -80,6 +89,7 @@ def public_function(
             # flags and order when the graph runs. Nothing in it is counted or reported.
             return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
         if state.serialize:
+            # A window is open: the route is asked and the call run under its lock, so its flags hold for both.
             with lock:
                 return chain(
                     router(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
@@ -92,17 +102,23 @@ def public_function(
                     scale,
                     enable_gqa,
                 )
-        return chain(
-            router(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
-            query,
-            key,
-            value,
-            attn_mask,
-            dropout_p,
-            is_causal,
-            scale,
-            enable_gqa,
-        )
+        # The router's dispatcher question, inline (routing.make_router says why each form).
+        try:
+            if scale is None and enable_gqa is False:
+                if attn_mask is None and is_causal is False and dropout_p.__class__ is float and not dropout_p:
+                    route = by_value[choice(query, key, value)]
+                else:
+                    route = by_value[choice(query, key, value, attn_mask, dropout_p, is_causal)]
+            else:
+                route = by_value[
+                    choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+                ]
+        except Exception:
+            route = ERROR
+        else:
+            if adjust is not None:
+                route = adjust(route, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return chain(route, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
     scaled_dot_product_attention.__doc__ = original.__doc__
     # Python names the qualified name in argument errors; keep them reading like PyTorch's.

@@ -54,15 +54,26 @@ def make_router(state: AttentionState) -> Router:
             # Bad arguments or no eligible kernel: the real call raises PyTorch's own error, unchanged.
             return ERROR
 
-    claims = [claim for layer in state.layers if (claim := layer.claim(state)) is not None]
-    reroutes = [reroute for layer in state.layers if (reroute := layer.reroute(state)) is not None]
-    if not claims and not reroutes:
+    adjust = route_adjuster(state)
+    if adjust is None:
         return dispatcher_route
 
     def route(q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
         chosen = dispatcher_route(q, k, v, m, d, c, s, g)
-        if chosen == ERROR:
-            return chosen
+        return chosen if chosen == ERROR else adjust(chosen, q, k, v, m, d, c, s, g)
+
+    return route
+
+
+def route_adjuster(state: AttentionState) -> Callable[..., Route] | None:
+    """The layers' say over a call PyTorch's dispatcher accepted: (its choice, the call) -> the route, asking the
+    claims, then the reroutes; None when no composed layer has either (the route is the dispatcher's)."""
+    claims = [claim for layer in state.layers if (claim := layer.claim(state)) is not None]
+    reroutes = [reroute for layer in state.layers if (reroute := layer.reroute(state)) is not None]
+    if not claims and not reroutes:
+        return None
+
+    def adjust(chosen, q, k, v, m, d, c, s, g):  # type: ignore[no-untyped-def]
         for claim in claims:
             claimed = claim(q, k, v, m, d, c, g)
             if claimed is not None:
@@ -73,7 +84,7 @@ def make_router(state: AttentionState) -> Router:
                 return instead
         return chosen
 
-    return route
+    return adjust
 
 
 def public_kernel(route: Route) -> SDPBackend | str:

@@ -13,6 +13,7 @@ from torch.nn.attention import SDPBackend
 from invokeai.backend.attention.policy import AUTO_ORDER, KernelFlags, Ranking, Window, apply_flags, flags_for
 
 if TYPE_CHECKING:
+    from invokeai.backend.attention.autotune import Tuner
     from invokeai.backend.attention.layer import Layer
     from invokeai.backend.attention.probe import KernelProbe
     from invokeai.backend.attention.sage import SageKernel
@@ -51,6 +52,10 @@ class AttentionState:
     # Reentrant, so the window's own thread keeps calling attention inside it.
     serialize: bool = False
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # Measured autotuning (attention_autotune): off, on, or pinned (asked for, but a pin overrides it); the tuner
+    # holds the tuned choices while it is on.
+    autotune: str = "off"
+    tuner: Tuner | None = None
 
     @property
     def installed(self) -> bool:

@@ -9,7 +9,7 @@ record, field for field.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -60,6 +60,74 @@ class AttentionEvent:
     """The first line of the error that caused it."""
 
 
+# --- Measured autotuning (attention_autotune; autotune.py) ---------------------------------------------------------
+
+AutotuneStatus = Literal["off", "on", "pinned"]
+MaskKind = Literal["none", "bool", "additive", "causal"]
+TunedSource = Literal["measured", "file", "order"]
+
+
+@dataclass(frozen=True)
+class TunedBucket:
+    """The calls one tuned choice is for: every 4-D call on the device with this dtype, head size, heads, mask kind
+    and grouped-query layout whose lengths round up to these powers of two."""
+
+    __pydantic_config__ = _DESCRIBED
+
+    device: str
+    """The device the calls run on, e.g. cuda:0 or cpu."""
+    dtype: str
+    """The query's dtype, e.g. bfloat16."""
+    head_dim: int
+    """The head size."""
+    query_len: int
+    """The query length, rounded up to a power of two: the bucket holds lengths above half of it up to it."""
+    key_len: int
+    """The key length, rounded up to a power of two likewise."""
+    heads: int
+    """The query heads per item."""
+    grouped: bool
+    """Whether the key has fewer heads than the query (grouped-query attention)."""
+    mask: MaskKind
+    """none, bool (a boolean attn_mask), additive (a float attn_mask) or causal (is_causal without a mask)."""
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """What the autotuner measured of one kernel for a bucket."""
+
+    __pydantic_config__ = _DESCRIBED
+
+    kernel: str
+    """The kernel (PyTorch's name, e.g. FLASH_ATTENTION)."""
+    ms: float | None
+    """The fastest of its timed runs, in milliseconds (after one untimed warm-up run); null when it was not timed."""
+    runs: int
+    """How many timed runs that is the fastest of."""
+    note: str | None
+    """Why it was not timed or not eligible (failed, wrong output, skipped for the budget or for memory), or null."""
+
+
+@dataclass(frozen=True)
+class TunedChoice:
+    """The kernel the autotuner chose for one bucket, ranked first for its calls (a call it cannot serve runs on the
+    installed order), and the timings it chose by."""
+
+    __pydantic_config__ = _DESCRIBED
+
+    bucket: TunedBucket
+    """The calls the choice is for."""
+    kernel: str
+    """The chosen kernel: the fastest of the timed ones whose output agreed with the dispatcher's choice."""
+    timings: list[KernelTiming]
+    """Every kernel that could serve the bucket's first call, in the order they were timed."""
+    cost_ms: float
+    """Wall time the timing took, in milliseconds (0 for a choice read from the file)."""
+    source: TunedSource
+    """measured in this process, file (read from the autotune file of an earlier start on the same GPU, torch and
+    cuDNN), or order (the timing failed: the installed order serves the bucket)."""
+
+
 @dataclass(frozen=True)
 class AttentionStats:
     """The attention package's state and what it has seen in this process (docs/attention.md)."""
@@ -104,6 +172,15 @@ class AttentionStats:
     counts_by_device: dict[str, dict[str, dict[str, int]]]
     """The same calls per session worker: {worker: {node type: {serving kernel: calls}}}. A worker is named by its
     device (cuda:1) or, where several share one, cpu#N; "(no worker)" holds calls made outside any worker."""
+    # Measured autotuning (attention_autotune), apart from the ranking's fields above.
+    autotune: AutotuneStatus = "off"
+    """The attention_autotune setting in force: off; on (each bucket's first call times the kernels that can serve
+    it, and the fastest serves its calls); pinned (on, but attention_backend pins a kernel, which overrides it:
+    nothing is tuned)."""
+    autotune_file: str | None = None
+    """Where the tuned choices are kept across starts (<root>/attention_autotune.json), or null."""
+    tuned: list[TunedChoice] = field(default_factory=list)
+    """The tuned choices so far, one per bucket, oldest first."""
 
 
 reports: list[AttentionReport] = []
@@ -185,4 +262,7 @@ def attention_stats() -> AttentionStats:
         events=list(events),
         counts=_summed(by_device),
         counts_by_device=by_device,
+        autotune=state.autotune,
+        autotune_file=str(state.tuner.path) if state.tuner is not None and state.tuner.path is not None else None,
+        tuned=state.tuner.records() if state.tuner is not None else [],
     )

@@ -148,6 +148,15 @@ class ModelCache:
                 self._evictions += 1
         return self._cached_bytes() + size <= self.max_cache_ram_bytes
 
+    def free_bytes(self) -> int:
+        """RAM the cache can still take without evicting anything."""
+        with self._lock:
+            return max(0, self.max_cache_ram_bytes - self._cached_bytes())
+
+    def holds(self, key: str) -> bool:
+        with self._lock:
+            return key in self._entries
+
     def drop(self, prefix: str) -> int:
         """Remove every model whose key starts with `prefix` (the components of a deleted model), freeing its RAM
         and device memory now rather than when it would be least recently used. A model in use leaves when its

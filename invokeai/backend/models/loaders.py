@@ -16,7 +16,7 @@ from invokeai.backend.families import FileRule, config_variant, get_family
 from invokeai.backend.models.config_variants import ConfigVariant
 
 from .errors import UnsupportedModelError
-from .probe import ProbeResult
+from .probe import WEIGHT_SUFFIXES, ProbeResult
 
 
 def _file_rule(probe: ProbeResult) -> FileRule:
@@ -111,6 +111,36 @@ def config_defaults(probe: ProbeResult, component: str) -> dict[str, Any]:
     defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
     # As JSON would hold them: tuples become lists, so a default compares equal to the value a config.json gives.
     return json.loads(json.dumps(defaults, default=str))
+
+
+def import_classes(probe: ProbeResult) -> list[str]:
+    """Import the class of every component of the model (the classes its model_index.json names; a single file's:
+    its shipped config's), reading no weights; the names of the classes imported. What a first load pays beside
+    the read: diffusers' and transformers' imports take seconds of CPU, while a small model reads in a fraction of
+    one (docs/performance.md). A component whose class cannot be named is skipped: its load will say why."""
+    from .load_diffusers import component_class
+
+    folder = probe.path if probe.format == "diffusers" else _variant(probe).path
+    imported = []
+    for component in components_of(probe):
+        try:
+            imported.append(component_class(folder, component).__name__)
+        except (OSError, ValueError, UnsupportedModelError):
+            continue
+    return imported
+
+
+def expected_bytes(probe: ProbeResult, component: str, dtype: torch.dtype) -> int:
+    """An upper estimate of the RAM the component takes once loaded in `dtype`, from file sizes only: its weight
+    files (a single file: the whole file, whatever else it holds), widened as if they were stored in 16 bits. The
+    warm-up loads a component only where this fits beside what the cache holds."""
+    if probe.format == "diffusers":
+        folder = probe.path / component
+        files = folder.iterdir() if folder.is_dir() else ()
+        stored = sum(f.stat().st_size for f in files if f.suffix in WEIGHT_SUFFIXES)
+    else:
+        stored = probe.size
+    return stored * max(1, dtype.itemsize // 2)
 
 
 def load_component(

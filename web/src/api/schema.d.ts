@@ -1832,6 +1832,25 @@ export interface components {
                     };
                 };
             };
+            /**
+             * Autotune
+             * @description The attention_autotune setting in force: off; on (each bucket's first call times the kernels that can serve
+             *     it, and the fastest serves its calls); pinned (on, but attention_backend pins a kernel, which overrides it:
+             *     nothing is tuned).
+             * @default off
+             * @enum {string}
+             */
+            autotune: "off" | "on" | "pinned";
+            /**
+             * Autotune File
+             * @description Where the tuned choices are kept across starts (<root>/attention_autotune.json), or null.
+             */
+            autotune_file?: string | null;
+            /**
+             * Tuned
+             * @description The tuned choices so far, one per bucket, oldest first.
+             */
+            tuned?: components["schemas"]["TunedChoice"][];
         };
         /**
          * Batch
@@ -4525,6 +4544,32 @@ export interface components {
             sage: boolean;
         };
         /**
+         * KernelTiming
+         * @description What the autotuner measured of one kernel for a bucket.
+         */
+        KernelTiming: {
+            /**
+             * Kernel
+             * @description The kernel (PyTorch's name, e.g. FLASH_ATTENTION).
+             */
+            kernel: string;
+            /**
+             * Ms
+             * @description The fastest of its timed runs, in milliseconds (after one untimed warm-up run); null when it was not timed.
+             */
+            ms: number | null;
+            /**
+             * Runs
+             * @description How many timed runs that is the fastest of.
+             */
+            runs: number;
+            /**
+             * Note
+             * @description Why it was not timed or not eligible (failed, wrong output, skipped for the budget or for memory), or null.
+             */
+            note: string | null;
+        };
+        /**
          * Krea2ConditioningField
          * @description A prompt encoded by krea2_text_encoder (the tapped layers' hidden states and the padding mask), with
          *     InvokeAI's regional mask (this server takes none yet).
@@ -7024,6 +7069,85 @@ export interface components {
             loras?: {
                 [key: string]: unknown;
             }[];
+        };
+        /**
+         * TunedBucket
+         * @description The calls one tuned choice is for: every 4-D call on the device with this dtype, head size, heads, mask kind
+         *     and grouped-query layout whose lengths round up to these powers of two.
+         */
+        TunedBucket: {
+            /**
+             * Device
+             * @description The device the calls run on, e.g. cuda:0 or cpu.
+             */
+            device: string;
+            /**
+             * Dtype
+             * @description The query's dtype, e.g. bfloat16.
+             */
+            dtype: string;
+            /**
+             * Head Dim
+             * @description The head size.
+             */
+            head_dim: number;
+            /**
+             * Query Len
+             * @description The query length, rounded up to a power of two: the bucket holds lengths above half of it up to it.
+             */
+            query_len: number;
+            /**
+             * Key Len
+             * @description The key length, rounded up to a power of two likewise.
+             */
+            key_len: number;
+            /**
+             * Heads
+             * @description The query heads per item.
+             */
+            heads: number;
+            /**
+             * Grouped
+             * @description Whether the key has fewer heads than the query (grouped-query attention).
+             */
+            grouped: boolean;
+            /**
+             * Mask
+             * @description none, bool (a boolean attn_mask), additive (a float attn_mask) or causal (is_causal without a mask).
+             * @enum {string}
+             */
+            mask: "none" | "bool" | "additive" | "causal";
+        };
+        /**
+         * TunedChoice
+         * @description The kernel the autotuner chose for one bucket, ranked first for its calls (a call it cannot serve runs on the
+         *     installed order), and the timings it chose by.
+         */
+        TunedChoice: {
+            /** @description The calls the choice is for. */
+            bucket: components["schemas"]["TunedBucket"];
+            /**
+             * Kernel
+             * @description The chosen kernel: the fastest of the timed ones whose output agreed with the dispatcher's choice.
+             */
+            kernel: string;
+            /**
+             * Timings
+             * @description Every kernel that could serve the bucket's first call, in the order they were timed.
+             */
+            timings: components["schemas"]["KernelTiming"][];
+            /**
+             * Cost Ms
+             * @description Wall time the timing took, in milliseconds (0 for a choice read from the file).
+             */
+            cost_ms: number;
+            /**
+             * Source
+             * @description measured in this process, file (read from the autotune file of an earlier start on the same GPU, torch and
+             *     cuDNN), or order (the timing failed: the installed order serves the bucket).
+             * @enum {string}
+             */
+            source: "measured" | "file" | "order";
         };
         /**
          * UNetField

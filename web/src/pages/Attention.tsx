@@ -81,6 +81,63 @@ function DeviceCounts(props: { byDevice: AttentionStats["counts_by_device"] }) {
   );
 }
 
+type Tuned = NonNullable<AttentionStats["tuned"]>[number];
+type AutotuneStatus = NonNullable<AttentionStats["autotune"]>;
+
+/** The calls a tuned choice is for, as the server's log names its bucket. */
+export function bucketLine(b: Tuned["bucket"]): string {
+  const heads = `${b.heads} heads${b.grouped ? ", grouped-query" : ""}`;
+  const mask = b.mask === "none" ? "no mask" : b.mask === "causal" ? "causal" : `${b.mask} mask`;
+  return `${b.device} ${b.dtype}, head_dim ${b.head_dim}, ${heads}, query ≤${b.query_len}, key ≤${b.key_len}, ${mask}`;
+}
+
+const AUTOTUNE_STATUS: Record<AutotuneStatus, string> = {
+  off: "off: the ranked order serves every call",
+  on: "on: each shape bucket's first call times the kernels that can serve it; the fastest serves the bucket",
+  pinned: "on, but attention_backend pins a kernel, which overrides it: nothing is tuned",
+};
+
+/** attention_autotune's choices: one row per bucket, each timed kernel's figure, the chosen one marked. */
+function TunedTable(props: { tuned: Tuned[] }) {
+  if (!props.tuned.length) return <p class="muted">No bucket tuned yet: each one is timed at its first attention call.</p>;
+  return (
+    <div class="table-wrap">
+      <table class="attention-table" aria-label="Tuned kernels">
+        <caption>The kernel chosen per shape bucket, and what each kernel measured</caption>
+        <thead>
+          <tr>
+            <th scope="col">Bucket</th>
+            <th scope="col">Chosen</th>
+            <th scope="col">Timings</th>
+            <th scope="col">Source</th>
+          </tr>
+        </thead>
+        <tbody>
+          {props.tuned.map((t) => (
+            <tr key={bucketLine(t.bucket)}>
+              <th scope="row">{bucketLine(t.bucket)}</th>
+              <td>
+                <span class={`kernel kernel-${kernelName(t.kernel).toLowerCase()}`}>{kernelName(t.kernel)}</span>
+              </td>
+              <td>
+                {t.timings.map((timing) => (
+                  <div key={timing.kernel} class={timing.kernel === t.kernel ? "" : "muted"}>
+                    {kernelTitle(timing.kernel)}: {timing.ms !== null ? `${timing.ms} ms (best of ${timing.runs})` : timing.note}
+                  </div>
+                ))}
+              </td>
+              <td>
+                {t.source}
+                {t.source === "measured" && <span class="muted"> in {t.cost_ms} ms</span>}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
 export function AttentionPage() {
   const a = useStore().attention;
   return (
@@ -141,6 +198,12 @@ export function AttentionPage() {
           {a.layers.length > 0 && <p>Layers around SDPA: {a.layers.join(" → ")}</p>}
           {a.cudnn_demoted && <p class="error-text">cuDNN was demoted behind math after a failure.</p>}
           {a.window && <p>Benchmarking window open: {a.window}</p>}
+          <h3>Autotuning</h3>
+          <p aria-label="attention_autotune">
+            attention_autotune {AUTOTUNE_STATUS[a.autotune ?? "off"]}
+            {a.autotune_file && <span class="muted"> (kept in {a.autotune_file})</span>}
+          </p>
+          {(a.autotune ?? "off") !== "off" && <TunedTable tuned={a.tuned ?? []} />}
           <h3>Startup probe</h3>
           <p class="probe">
             {a.probe ? <code>{probeLine(a.probe)}</code> : `No probe on ${a.device ?? "this device"}: it runs on CUDA and XPU only.`}

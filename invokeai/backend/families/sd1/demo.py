@@ -49,24 +49,26 @@ SD1_SCHEDULER = dict(
 )
 
 
-def build_sd1_pipeline() -> Any:
+def build_sd1_pipeline(unet_config: dict[str, Any] = SD1_UNET, text_config: dict[str, Any] = SD1_TEXT) -> Any:
+    """The demo pipeline; other configs give other sizes (benchmarks/against_invokeai.py builds one whose
+    cross-attention and text width are SD-1's 768, which InvokeAI's probe asks for)."""
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
     from invokeai.backend.models.tiny_tokenizers import build_clip_tokenizer
 
     tokenizer = build_clip_tokenizer()
-    text_config = CLIPTextConfig(
+    clip_config = CLIPTextConfig(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **SD1_TEXT,
+        **text_config,
     )
     seeded()
-    text_encoder = CLIPTextModel(text_config).eval()
+    text_encoder = CLIPTextModel(clip_config).eval()
     seeded()
-    unet = UNet2DConditionModel(**SD1_UNET).eval()
+    unet = UNet2DConditionModel(**unet_config).eval()
     seeded()
     vae = AutoencoderKL(**SD1_VAE).eval()
     return StableDiffusionPipeline(
