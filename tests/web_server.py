@@ -14,6 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+# The address the in-process clients (Starlette's TestClient) send requests to: a name the server answers to by
+# default (the Host check, invokeai/app/api/request_guard.py), where TestClient's own "testserver" is not.
+LOCAL_BASE_URL = "http://localhost"
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -13,6 +13,7 @@ import pytest
 import torch
 from fastapi.encoders import jsonable_encoder
 from fastapi.testclient import TestClient
+from web_server import LOCAL_BASE_URL
 
 import invokeai
 from invokeai.app import version as version_module
@@ -29,7 +30,7 @@ from invokeai.backend.attention.stats import AttentionEvent, AttentionReport
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TestClient:
     monkeypatch.setenv("INVOKEAI_ATTENTION_BACKEND", "efficient")
     (tmp_path / "invokeai.yaml").write_text("port: 9100\nmodels_dir: /data/models\n")
-    return TestClient(create_app(load_config(CliArgs(root=tmp_path)).config))
+    return TestClient(create_app(load_config(CliArgs(root=tmp_path)).config), base_url=LOCAL_BASE_URL)
 
 
 def test_version_is_the_installed_one(client: TestClient) -> None:
@@ -72,7 +73,7 @@ def test_runtime_config_is_invokeais_set_fields_and_config(tmp_path: Path, monke
     monkeypatch.setenv("INVOKEAI_ATTENTION_BACKEND", "efficient")
     monkeypatch.setenv("INVOKEAI_API_TOKEN", "a-secret-token")
     (tmp_path / "invokeai.yaml").write_text("port: 9100\n")
-    client = TestClient(create_app(load_config(CliArgs(root=tmp_path)).config))
+    client = TestClient(create_app(load_config(CliArgs(root=tmp_path)).config), base_url=LOCAL_BASE_URL)
     headers = {"Authorization": "Bearer a-secret-token"}
     response = client.get("/api/v1/app/runtime_config", headers=headers)
     assert response.status_code == 200

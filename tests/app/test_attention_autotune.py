@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from fastapi.encoders import jsonable_encoder
 from fastapi.testclient import TestClient
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import CliArgs, ConfigError, load_config
@@ -60,7 +61,7 @@ def pristine() -> Iterator[None]:
 def test_the_api_shows_the_tuned_choices(tmp_path: Path, pristine: None) -> None:
     from invokeai.backend.attention import attention_stats, install_attention
 
-    client = TestClient(create_app(load_config(CliArgs(root=tmp_path)).config))
+    client = TestClient(create_app(load_config(CliArgs(root=tmp_path)).config), base_url=LOCAL_BASE_URL)
     install_attention("auto", device="cpu", autotune=True, autotune_file=tmp_path / "attention_autotune.json")
     body = client.get("/api/v1/app/attention").json()
     assert body["autotune"] == "on" and body["tuned"] == [] and "autotune" in body["layers"]
@@ -88,7 +89,11 @@ def test_the_api_shows_the_tuned_choices(tmp_path: Path, pristine: None) -> None
 
 
 def test_the_openapi_schema_describes_the_tuned_choices(tmp_path: Path) -> None:
-    schema = TestClient(create_app(load_config(CliArgs(root=tmp_path)).config)).get("/openapi.json").json()
+    schema = (
+        TestClient(create_app(load_config(CliArgs(root=tmp_path)).config), base_url=LOCAL_BASE_URL)
+        .get("/openapi.json")
+        .json()
+    )
     stats = schema["components"]["schemas"]["AttentionStats"]["properties"]
     assert {"autotune", "autotune_file", "tuned"} <= set(stats)
     assert stats["autotune"]["description"].startswith("The attention_autotune setting in force")

@@ -43,6 +43,17 @@ def load_error(root: Path, yaml_text: str | None, **cli: object) -> str:
             "'schema_version' is 99; expected an integer from 1 to 2 (the file was written by a newer",
         ),
         ("schema_version: two\n", "'schema_version' is 'two'"),
+        (
+            "allowed_hosts: [mybox.lan:9090]\n",
+            "'allowed_hosts' is ['mybox.lan:9090']; 'mybox.lan:9090' is not allowed; allowed: a list of host names "
+            "without a port",
+        ),
+        (
+            "allowed_origins: localhost:5173\n",
+            "'allowed_origins' is 'localhost:5173'; 'localhost:5173' is not allowed; allowed: a list of origins, "
+            "scheme://host[:port]",
+        ),
+        ("allowed_origins: [http://ui.lan/app]\n", "'http://ui.lan/app' is not allowed; allowed: a list of origins"),
     ],
 )
 def test_bad_file_names_file_key_value_and_allowed(tmp_path: Path, yaml_text: str, expected: str) -> None:

@@ -1,5 +1,6 @@
 """The FastAPI app: every resource's router under /api/v1 (models under /api/v2), Socket.IO at /ws/socket.io, the
-web UI at / for every other path, the services started and stopped with it."""
+web UI at / for every other path, the services started and stopped with it; in front of them all, the refusals of
+request_guard.py and the headers of security_headers.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from invokeai.app.api.auth import BEARER, TokenMiddleware
+from invokeai.app.api.docs_page import serve_docs
 from invokeai.app.api.errors import add_body_errors, install_error_handlers
+from invokeai.app.api.request_guard import AllowedHosts, AllowedOrigins, RequestGuard, origin_text
 from invokeai.app.api.routers import app as app_router
 from invokeai.app.api.routers import auth as auth_router
 from invokeai.app.api.routers import board_images as board_images_router
@@ -24,6 +28,7 @@ from invokeai.app.api.routers import left_out as left_out_router
 from invokeai.app.api.routers import models as models_router
 from invokeai.app.api.routers import queue as queue_router
 from invokeai.app.api.routers import workflows as workflows_router
+from invokeai.app.api.security_headers import BUILTIN_UI_POLICY, INVOKEAI_UI_POLICY, SecurityHeaders
 from invokeai.app.api.sockets import mount_socketio
 from invokeai.app.api.web_ui import WEB_UI_DIR, serve_web_ui
 from invokeai.app.config import InvokeAIAppConfig
@@ -75,10 +80,32 @@ def create_app(
 
     # Every request body is bounded (HTTP 413 while it arrives): nothing legitimate is larger than an upload.
     max_body_size = config.max_upload_mb * MEGABYTE + MULTIPART_OVERHEAD
-    app = FastAPI(title="InvokeAI", version=app_version(), lifespan=lifespan, max_body_size=max_body_size)
+    # /docs is served by docs_page.py (offline); FastAPI's own would load Swagger UI from a CDN.
+    app = FastAPI(
+        title="InvokeAI",
+        version=app_version(),
+        lifespan=lifespan,
+        max_body_size=max_body_size,
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
+    )
     app.state.config = config
     app.state.events = events
+    origins = AllowedOrigins(config.allowed_origins)
+    # The last added runs first: the headers go on every answer, refusals included; a refused request reaches
+    # neither CORS nor the token check.
     app.add_middleware(TokenMiddleware, token=config.api_token)
+    if origins.listed:
+        # The listed origins' pages may also read the answers and send JSON (a CORS preflight first).
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=sorted(origin_text(origin) for origin in origins.listed),
+            allow_methods=["*"],
+            allow_headers=["*"],
+        )
+    app.add_middleware(RequestGuard, hosts=AllowedHosts(config.host, config.allowed_hosts), origins=origins)
+    app.add_middleware(SecurityHeaders)
     install_error_handlers(app)
     for router in (
         app_router.router,
@@ -99,9 +126,11 @@ def create_app(
     )
     amend_openapi(app, events_router.describe_stream_items, add_body_errors)
     # InvokeAI's events over Socket.IO, from the same bus as the event stream (sockets.py).
-    sockets = mount_socketio(app, config.api_token)
+    sockets = mount_socketio(app, config.api_token, origins)
     app.state.sockets = sockets
-    serve_web_ui(app, config.web_ui_dir or WEB_UI_DIR)
+    serve_docs(app)
+    other_ui = config.web_ui_dir
+    serve_web_ui(app, other_ui or WEB_UI_DIR, INVOKEAI_UI_POLICY if other_ui else BUILTIN_UI_POLICY)
     return app
 
 

@@ -21,12 +21,12 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import socketio
 from socketio.exceptions import ConnectionRefusedError as RefusedError
 
 from invokeai.app.api.auth import bearer_token, expected_digest, token_matches
+from invokeai.app.api.request_guard import AllowedOrigins
 from invokeai.app.services.events import EventBase, EventBus
 from invokeai.app.services.queue_models import ID_PATTERN
 
@@ -73,19 +73,6 @@ def _room(queue_id: str) -> str:
     return f"queue:{queue_id}"
 
 
-def _same_host(origin: str | None, environ: dict[str, Any]) -> bool:
-    """engine.io's origin check: a browser page may connect only from this server's own host (as REST, which sends
-    no CORS headers); clients without an Origin header (scripts) are not browsers and are let through."""
-    if origin is None:
-        return True
-    hosts = {environ.get("HTTP_HOST", ""), *environ.get("HTTP_X_FORWARDED_HOST", "").split(",")}
-    try:
-        netloc = urlsplit(origin).netloc
-    except ValueError:
-        return False
-    return bool(netloc) and netloc in {host.strip() for host in hosts if host.strip()}
-
-
 @dataclass
 class _Client:
     queues: set[str] = field(default_factory=set)
@@ -96,11 +83,20 @@ class _Client:
 class SocketServer:
     """The Socket.IO server: mount `app` at MOUNT_PATH, then start(bus) on the server's loop and stop() at the end."""
 
-    def __init__(self, api_token: str) -> None:
+    def __init__(self, api_token: str, origins: AllowedOrigins) -> None:
         self._expected = expected_digest(api_token)
+
+        def allowed(origin: str | None, environ: dict[str, Any]) -> bool:
+            # engine.io's origin check, on every request (polling GETs too, which the request guard lets through):
+            # the pages of the origins REST takes changes from; clients without Origin (scripts) are not browsers.
+            # The scheme of the ASGI scope (which trusts X-Forwarded-Proto only from a trusted proxy, as uvicorn
+            # sets it), not engine.io's wsgi.url_scheme (which takes that header from anyone).
+            scheme = environ["asgi.scope"].get("scheme", "http")
+            return origin is None or origins.allows(origin, scheme, environ.get("HTTP_HOST"))
+
         self.server = socketio.AsyncServer(
             async_mode="asgi",
-            cors_allowed_origins=_same_host,
+            cors_allowed_origins=allowed,
             # In order and one at a time per connection: a subscribe then an unsubscribe take effect in that order,
             # and a client that floods waits for its own messages (the rate bound cuts it off).
             async_handlers=False,
@@ -381,9 +377,9 @@ class SocketServer:
         task.add_done_callback(self._tasks.discard)
 
 
-def mount_socketio(app: Any, api_token: str) -> SocketServer:
+def mount_socketio(app: Any, api_token: str, origins: AllowedOrigins) -> SocketServer:
     """Serve Socket.IO at SOCKETIO_PATH: a mount, so that neither the web UI's fallback nor the token middleware
     (which guards /api/ only) sees its requests; the handshake checks the token itself."""
-    sockets = SocketServer(api_token)
+    sockets = SocketServer(api_token, origins)
     app.mount(MOUNT_PATH, sockets.app)
     return sockets

@@ -57,6 +57,8 @@ def type_name(name: str) -> str:
         return "choice"
     if name == "generation_devices":
         return "auto or a list"
+    if get_origin(annotation) is list:
+        return "list"
     names = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}
     if annotation not in names:
         raise TypeError(f"no words for the type of setting {name!r}: {annotation!r}")

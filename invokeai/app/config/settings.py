@@ -31,6 +31,16 @@ GENERATION_DEVICE_ENTRY = re.compile(r"cpu|mps|cuda:\d+")
 GENERATION_DEVICES_ALLOWED = "auto, or a list of cpu, mps, cuda:N (e.g. [cuda:0, cuda:1]); cpu may repeat"
 # The error type of a generation_devices value that is wrong in a way worth saying (config.errors shows the reason).
 REASONED_ERROR = "setting_reason"
+# A YAML list, or from the environment text such as "a,b" or "[a, b]" (NoDecode: not parsed as JSON).
+TextList = Annotated[list[str], NoDecode]
+# A host name as the Host header carries it, without its port; `*` (any) or `*.domain` (every subdomain).
+ALLOWED_HOST_ENTRY = re.compile(r"\*|(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+ALLOWED_HOSTS_ALLOWED = (
+    "a list of host names without a port (every port is accepted), e.g. [mybox.lan, *.example.com]; [*] turns "
+    "the check off"
+)
+ALLOWED_ORIGIN_ENTRY = re.compile(r"https?://([a-z0-9_-]+(\.[a-z0-9_-]+)*|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
+ALLOWED_ORIGINS_ALLOWED = "a list of origins, scheme://host[:port] with http or https, e.g. [http://localhost:5173]"
 
 
 def _refuse(reason: str) -> PydanticCustomError:
@@ -130,6 +140,36 @@ def _device_list(value: Any) -> Any:
     return entries
 
 
+def _text_list(value: Any) -> Any:
+    """A list setting's entries from a YAML list, or from text such as "a,b" or "[a, b]" (the environment)."""
+    if isinstance(value, str):
+        value = [part.strip().strip("'\"") for part in value.strip().strip("[]").split(",")]
+        value = [part for part in value if part]
+    return value
+
+
+def _entries(value: Any, pattern: re.Pattern[str], allowed: str) -> list[str]:
+    """The entries of a list setting, lower-cased, each one matching `pattern`."""
+    value = _text_list(value)
+    if not isinstance(value, list):
+        raise _refuse(f"not a list; allowed: {allowed}")
+    entries = []
+    for entry in value:
+        text = entry.strip().lower() if isinstance(entry, str) else None
+        if text is None or not pattern.fullmatch(text):
+            raise _refuse(f"{entry!r} is not allowed; allowed: {allowed}")
+        entries.append(text)
+    return entries
+
+
+def _allowed_hosts(value: Any) -> list[str]:
+    return _entries(value, ALLOWED_HOST_ENTRY, ALLOWED_HOSTS_ALLOWED)
+
+
+def _allowed_origins(value: Any) -> list[str]:
+    return _entries(value, ALLOWED_ORIGIN_ENTRY, ALLOWED_ORIGINS_ALLOWED)
+
+
 class InvokeAIAppConfig(BaseSettings):
     """InvokeAI's settings. Sources, highest first: command line, environment, the YAML file, defaults.
 
@@ -140,11 +180,14 @@ class InvokeAIAppConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, extra="forbid")
     _as_written = field_validator("*", mode="before")(_as_written)
     _device_list = field_validator("generation_devices", mode="before")(_device_list)
+    _allowed_hosts = field_validator("allowed_hosts", mode="before")(_allowed_hosts)
+    _allowed_origins = field_validator("allowed_origins", mode="before")(_allowed_origins)
     _switch = field_validator("attention_autotune", mode="before")(_switch)
 
     host: str = setting(
         "127.0.0.1",
-        "Address the web server listens on. 0.0.0.0 serves every network interface.",
+        "Address the web server listens on. 0.0.0.0 serves every network interface; clients that reach it by a "
+        "name other than the machine's host name need that name in allowed_hosts.",
         startup_only=True,
         common=True,
         allowed="a host name or IP address, e.g. 127.0.0.1, 0.0.0.0, ::, localhost (not empty)",
@@ -350,6 +393,27 @@ class InvokeAIAppConfig(BaseSettings):
         startup_only=True,
         secret=True,
     )
+    allowed_hosts: TextList = setting(
+        [],
+        "Host names that requests may name in their Host header (any port), besides those always accepted: "
+        "localhost, any IP address, the host setting when it is a name, and with host 0.0.0.0 or :: this "
+        "machine's host name. A request naming another host is refused (HTTP 400): a page whose name an "
+        "attacker points at this machine (DNS rebinding) sends its own name, so it cannot use the API. List the "
+        "names clients reach this server by, e.g. [mybox.lan]; *.example.com accepts every subdomain; [*] turns "
+        "the check off (for a proxy in front that checks it). docs/api.md, Security.",
+        startup_only=True,
+        allowed=ALLOWED_HOSTS_ALLOWED,
+    )
+    allowed_origins: TextList = setting(
+        [],
+        "Origins of other web pages (scheme://host[:port]) that may send requests that change something (every "
+        "method but GET, HEAD and OPTIONS, uploads included) and read the answers (CORS). Such a request from a "
+        "page of any other origin is refused (HTTP 403); pages of this server's own origin, and clients that are "
+        "not browsers (no Origin header), need nothing here. E.g. [http://localhost:5173] for web/'s vite dev "
+        "server, whose proxy sends the page's origin. docs/api.md, Security.",
+        startup_only=True,
+        allowed=ALLOWED_ORIGINS_ALLOWED,
+    )
 
     # Where relative paths resolve and which file was read: not settings (the file cannot name its own
     # location), so load_config sets them.
@@ -404,6 +468,8 @@ SettingsValues: type[BaseModel] = create_model(
     __validators__={
         "_as_written": field_validator("*", mode="before")(_as_written),
         "_device_list": field_validator("generation_devices", mode="before")(_device_list),
+        "_allowed_hosts": field_validator("allowed_hosts", mode="before")(_allowed_hosts),
+        "_allowed_origins": field_validator("allowed_origins", mode="before")(_allowed_origins),
         "_switch": field_validator("attention_autotune", mode="before")(_switch),
     },
     **{name: (field.annotation, field) for name, field in InvokeAIAppConfig.model_fields.items()},

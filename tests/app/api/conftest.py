@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from api_support import MakeClient
 from fastapi.testclient import TestClient
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import InvokeAIAppConfig
@@ -22,7 +23,9 @@ def make_client(tmp_path: Path) -> Iterator[MakeClient]:
 
         def make(*, run_processor: bool = True, **settings: Any) -> TestClient:
             config = InvokeAIAppConfig.located({"use_memory_db": True, **settings}, tmp_path, None)
-            return stack.enter_context(TestClient(create_app(config, run_processor=run_processor)))
+            return stack.enter_context(
+                TestClient(create_app(config, run_processor=run_processor), base_url=LOCAL_BASE_URL)
+            )
 
         yield make
 

@@ -13,6 +13,7 @@ import pytest
 from api_support import QUEUE, edge, enqueue, graph_json, node, wait_finished
 from fastapi.testclient import TestClient
 from PIL import Image
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.api.openapi import openapi_document
@@ -30,7 +31,7 @@ def concrete(template: str) -> str:
 def idle_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     root = tmp_path_factory.mktemp("contract")
     config = InvokeAIAppConfig.located({"use_memory_db": True}, root, None)
-    with TestClient(create_app(config, run_processor=False)) as client:
+    with TestClient(create_app(config, run_processor=False), base_url=LOCAL_BASE_URL) as client:
         yield client
 
 

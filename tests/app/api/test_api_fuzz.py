@@ -34,8 +34,12 @@ EXAMPLES_PER_OPERATION = 25
 # Loaded when the module is imported (schemathesis makes one test per operation from it), so the app is built
 # here; the fixture below starts its services for the duration of the tests.
 ROOT = Path(tempfile.mkdtemp(prefix="invokeai-fuzz-"))
+# schemathesis's ASGI client names the host "testserver": listed, so that its requests reach the routes.
 APP = create_app(
-    InvokeAIAppConfig.located({"use_memory_db": True, "max_queue_size": 50}, ROOT, None), run_processor=False
+    InvokeAIAppConfig.located(
+        {"use_memory_db": True, "max_queue_size": 50, "allowed_hosts": ["testserver"]}, ROOT, None
+    ),
+    run_processor=False,
 )
 # The event stream never ends on its own; it has its own tests over a real socket.
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP).exclude(operation_id="queue_events")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from api_support import IMAGE_GRAPH, QUEUE, MakeClient, edge, enqueue, graph_json, node, wait_finished, wait_until
 from fastapi.testclient import TestClient
+from web_server import LOCAL_BASE_URL
 
 EMPTY_COUNTS = {"pending": 0, "in_progress": 0, "waiting": 0, "completed": 0, "failed": 0, "canceled": 0, "total": 0}
 
@@ -302,7 +303,7 @@ def test_a_restart_keeps_the_pause_and_removes_leftover_temporary_files(tmp_path
     from invokeai.app.config import InvokeAIAppConfig
 
     config = InvokeAIAppConfig.located({}, tmp_path, None)
-    with TestClient(create_app(config)) as first:
+    with TestClient(create_app(config), base_url=LOCAL_BASE_URL) as first:
         assert first.put(f"{QUEUE}/processor/pause").json()["is_started"] is False
     outputs = config.outputs_path
     leftovers = [outputs / ".tmp-abc.png", outputs / "thumbnails" / ".tmp-def.webp"]
@@ -310,7 +311,7 @@ def test_a_restart_keeps_the_pause_and_removes_leftover_temporary_files(tmp_path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"partial")
     (outputs / "keep.txt").write_text("not ours")
-    with TestClient(create_app(config)) as second:
+    with TestClient(create_app(config), base_url=LOCAL_BASE_URL) as second:
         assert second.get(f"{QUEUE}/status").json()["processor"]["is_started"] is False
         [item_id] = enqueue(second, IMAGE_GRAPH).json()["item_ids"]
         time.sleep(0.3)

@@ -10,6 +10,7 @@ import pytest
 from api_support import MakeClient
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.api.web_ui import IMMUTABLE, REVALIDATE, WEB_UI_DIR, serve_web_ui
 
@@ -111,7 +112,7 @@ def test_the_page_needs_no_token_but_the_api_does(make_client: MakeClient) -> No
 def test_without_a_build_the_answer_says_how_to_make_one(tmp_path: Path) -> None:
     app = FastAPI()
     serve_web_ui(app, tmp_path)
-    with TestClient(app) as bare:
+    with TestClient(app, base_url=LOCAL_BASE_URL) as bare:
         response = bare.get("/")
     assert response.status_code == 404
     assert "npm run build" in response.json()["detail"]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import InvokeAIAppConfig
@@ -39,7 +40,7 @@ def make_app_client(tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
         def make(*, demo_models: bool = False, run_processor: bool = False, **settings: Any) -> TestClient:
             config = InvokeAIAppConfig.located({"use_memory_db": True, **settings}, tmp_path / "root", None)
             app = create_app(config, run_processor=run_processor, demo_models=demo_models)
-            return stack.enter_context(TestClient(app))
+            return stack.enter_context(TestClient(app, base_url=LOCAL_BASE_URL))
 
         yield make
 

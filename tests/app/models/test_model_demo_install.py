@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 from model_test_support import MODELS, models_dir_files
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import InvokeAIAppConfig
@@ -82,8 +83,8 @@ def test_the_setting_off_installs_nothing(make_app_client: Callable[..., TestCli
 def test_demo_files_without_records_are_rebuilt_and_recorded(tmp_path: Path) -> None:
     # An in-memory database forgets its records at every start, while the files stay under models_dir.
     config = InvokeAIAppConfig.located({"use_memory_db": True}, tmp_path, None)
-    with TestClient(create_app(config, run_processor=False, demo_models=True)) as first:
+    with TestClient(create_app(config, run_processor=False, demo_models=True), base_url=LOCAL_BASE_URL) as first:
         files = models_dir_files(first)
-    with TestClient(create_app(config, run_processor=False, demo_models=True)) as again:
+    with TestClient(create_app(config, run_processor=False, demo_models=True), base_url=LOCAL_BASE_URL) as again:
         assert [m["name"] for m in again.get(f"{MODELS}/").json()["models"]] == DEMO_NAMES
         assert models_dir_files(again) == files

@@ -8,6 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.nodes.graph import Graph, validate_graph
 from invokeai.app.nodes.image import ImageResizeInvocation
@@ -90,7 +91,7 @@ def test_openapi_shows_the_real_types_and_every_node() -> None:
     assert resize["properties"]["width"]["type"] == "integer"
     for name in ("BlankImageInvocation", "ImageBlendInvocation", "IntegerInvocation", "RandomIntInvocation"):
         assert name in schema
-    client = TestClient(app)
+    client = TestClient(app, base_url=LOCAL_BASE_URL)
     assert client.post("/graph", json=RESIZE_FED_BY_BLANK).status_code == 200
     refused = client.post("/graph", json={"id": "g", "nodes": {"q": {"id": "q", "type": "nope"}}})
     assert refused.status_code == 422

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from web_server import LOCAL_BASE_URL
 
 from invokeai.app.api.app_factory import create_app
 from invokeai.app.config import InvokeAIAppConfig
@@ -64,7 +65,7 @@ def test_a_short_cycle_is_named_whole() -> None:
 
 def client_with(tmp_path: Path, **settings: Any) -> TestClient:
     config = InvokeAIAppConfig.located({"use_memory_db": True, **settings}, tmp_path, None)
-    return TestClient(create_app(config, run_processor=False))
+    return TestClient(create_app(config, run_processor=False), base_url=LOCAL_BASE_URL)
 
 
 def test_max_graph_nodes_refuses_a_larger_graph_with_422(tmp_path: Path) -> None:

@@ -9,7 +9,15 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Request, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Playwright,
+    Request,
+    sync_playwright,
+)
 from ui_support import CHROMIUM, SCREENSHOTS, shot
 from web_server import WebServer
 
@@ -70,11 +78,19 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
     assert not outside, f"the page asked for outside addresses: {outside[:5]}"
 
 
+def csp_violation(message: ConsoleMessage) -> str | None:
+    """The text of a Content-Security-Policy violation that Chromium logged, or None: the page (or a worker of it)
+    tried something the server's policy forbids (security_headers.py), which then did not happen."""
+    return message.text if "Content Security Policy" in message.text else None
+
+
 @pytest.fixture
 def page(context: BrowserContext, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A page that fails the test on an uncaught error or a CSP violation."""
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.extend(filter(None, [csp_violation(message)])))
     # The UI asks confirm() before deleting; a user would say yes.
     page.on("dialog", lambda dialog: dialog.accept())
     yield page
@@ -83,7 +99,7 @@ def page(context: BrowserContext, request: pytest.FixtureRequest) -> Iterator[Pa
         name = re.sub(r"[^\w.-]+", "_", request.node.name)
         shot(page, f"failed-{name}")
     page.close()
-    assert not errors, f"uncaught errors on the page: {errors[:3]}"
+    assert not errors, f"uncaught errors or CSP violations on the page: {errors[:3]}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -90,12 +90,21 @@ class WorkflowAndGraphResponse(BaseModel):
     graph: str | None = Field(description="The graph that made the image, as JSON text")
 
 
+# An image file is written once under a new name (a uuid) and never changes, so a browser may keep it (as InvokeAI
+# lets it, a year); private: not in a shared cache, since with api_token set it was fetched with the token.
+IMAGE_CACHE_CONTROL = "private, max-age=31536000, immutable"
+
+
 def _file(services: AppServices, path: Path) -> FileResponse:
     # Belt and braces: the service only returns paths of recorded images inside outputs_dir; check once more here,
     # where the file is handed to the client.
     if not path.resolve().is_relative_to(services.images.outputs_dir):
         raise ImageNotFoundError(path.name)
-    return FileResponse(path, media_type=MEDIA_TYPES.get(path.suffix, "application/octet-stream"))
+    return FileResponse(
+        path,
+        media_type=MEDIA_TYPES.get(path.suffix, "application/octet-stream"),
+        headers={"Cache-Control": IMAGE_CACHE_CONTROL},
+    )
 
 
 def check_board(services: AppServices, board_id: str | None) -> None:
