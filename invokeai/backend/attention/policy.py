@@ -58,14 +58,16 @@ KERNEL_PHRASES: dict[SDPBackend, str] = {
     SDPBackend.MATH: "the math kernel",
 }
 
-# The facts each reason rests on (docs/attention.md, "Why auto's order").
+# The facts each reason rests on (docs/attention.md, "Why auto's order", names the models whose calls these are; generic
+# code names no family).
 MEASURED_FLASH_FIRST = (
-    "flash measured fastest on sm86/sm89 (Krea-2's [1, 48, 4608, 128] bf16 call: flash 19.74 ms, cuDNN 21.27 ms "
-    "on a 30-series card), and cuDNN serves the padding masks flash refuses"
+    "flash measured fastest on sm86/sm89 (a [1, 48, 4608, 128] bf16 joint-attention call: flash 19.74 ms, cuDNN "
+    "21.27 ms on a 30-series card), and cuDNN serves the padding masks flash refuses"
 )
 PYTORCH_CUDNN_FIRST = (
     "cuDNN first, as PyTorch ranks it here (check_prefer_cudnn_attention): on an H100, [1, 24, 4608, 128] bf16 "
-    "(FLUX.1's joint attention at 1024x1024) runs at 631 TFLOPS on cuDNN against 329 on flash (pytorch#142132)"
+    "(a 24-head joint attention over a 1024x1024 image's tokens) runs at 631 TFLOPS on cuDNN against 329 on flash "
+    "(pytorch#142132)"
 )
 BLACKWELL_FEW_KV_HEADS = (
     "calls with fewer than 8 key-value heads skip cuDNN, which corrupts them on B200 (pytorch#193893)"
