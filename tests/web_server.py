@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -84,3 +86,15 @@ class WebServer:
         """Fails the test where the server logged a traceback (an error it did not turn into a clear answer)."""
         log = self.log.read_text()
         assert "Traceback" not in log, log
+
+    @classmethod
+    @contextmanager
+    def running(cls, root: Path, **settings: str) -> Iterator[WebServer]:
+        """A started server for a fixture's lifetime: stopped whatever happens, then its log checked for tracebacks."""
+        server = cls(root, **settings)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+        server.traceback_free_log()

@@ -15,13 +15,8 @@ from web_server import WebServer
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """invokeai-web on a fresh root, on the CPU in float32 (what the stock pipelines are compared in); its base URL
     once it answers (the demo models are installed by then)."""
-    server = WebServer(tmp_path_factory.mktemp("generation-server"))
-    server.start()
-    try:
+    with WebServer.running(tmp_path_factory.mktemp("generation-server")) as server:
         yield server.base
-    finally:
-        server.stop()
-    server.traceback_free_log()
 
 
 @pytest.fixture(scope="session")

@@ -27,13 +27,8 @@ OTHER_DEMOS = [demo for family in FAMILIES if family.invokeai.base not in KNOWN_
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     """invokeai-web on a fresh root without demo models; its base URL once it answers."""
-    server = WebServer(tmp_path, install_demo_models="false")
-    server.start()
-    try:
+    with WebServer.running(tmp_path, install_demo_models="false") as server:
         yield server.base
-    finally:
-        server.stop()
-    server.traceback_free_log()
 
 
 def test_the_client_installs_lists_and_gets_models(server: str, built_models: dict[str, Path]) -> None:

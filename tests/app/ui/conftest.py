@@ -24,14 +24,8 @@ from web_server import WebServer
 
 @pytest.fixture(scope="module")
 def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
-    server = WebServer(tmp_path_factory.mktemp("ui-server"))
-    server.start()
-    try:
+    with WebServer.running(tmp_path_factory.mktemp("ui-server")) as server:
         yield server
-    finally:
-        server.stop()
-    log = server.log.read_text()
-    assert "Traceback" not in log, log
 
 
 @pytest.fixture(scope="session")

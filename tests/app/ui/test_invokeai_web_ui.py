@@ -25,14 +25,9 @@ PROMPT = "a lighthouse on a rocky cliff at sunset"
 
 @pytest.fixture(scope="module")
 def invokeai_ui(tmp_path_factory: pytest.TempPathFactory, invokeai_release: Path) -> Iterator[WebServer]:
-    server = WebServer(tmp_path_factory.mktemp("invokeai-web-ui"), web_ui=f"invokeai:{frontend(invokeai_release)}")
-    server.start()
-    try:
+    root = tmp_path_factory.mktemp("invokeai-web-ui")
+    with WebServer.running(root, web_ui=f"invokeai:{frontend(invokeai_release)}") as server:
         yield server
-    finally:
-        server.stop()
-    log = server.log.read_text()
-    assert "Traceback" not in log, log
 
 
 def _watch_api(page: Page) -> tuple[list[str], list[dict[str, Any]]]:

@@ -48,13 +48,8 @@ window.results = {};
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
     # No models: nothing here generates, and the start is quicker without them.
-    server = WebServer(tmp_path_factory.mktemp("other-origins"), install_demo_models="false")
-    server.start()
-    try:
+    with WebServer.running(tmp_path_factory.mktemp("other-origins"), install_demo_models="false") as server:
         yield server
-    finally:
-        server.stop()
-    server.traceback_free_log()
 
 
 def _png() -> str:

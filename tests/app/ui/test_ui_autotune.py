@@ -13,14 +13,8 @@ from web_server import WebServer
 
 @pytest.fixture(scope="module")
 def tuning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
-    server = WebServer(tmp_path_factory.mktemp("ui-autotune"), attention_autotune="on")
-    server.start()
-    try:
+    with WebServer.running(tmp_path_factory.mktemp("ui-autotune"), attention_autotune="on") as server:
         yield server
-    finally:
-        server.stop()
-    log = server.log.read_text()
-    assert "Traceback" not in log, log
 
 
 def _bucket_line(bucket: dict) -> str:  # type: ignore[type-arg]
