@@ -15,6 +15,7 @@ down for a CPU rehearsal. benchmarks/attention_kernels.py and benchmarks/attenti
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,3 +141,26 @@ def dispatcher_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs:
         enable_gqa=kwargs.get("enable_gqa", False),
     )  # fmt: skip
     return SDPBackend(choice).name
+
+
+def add_call_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every benchmark of these calls takes: the device, the scaled-down calls, the dtypes."""
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--tiny", action="store_true", help="the calls scaled down (a CPU rehearsal)")
+    parser.add_argument("--dtypes", help="comma-separated: bf16, fp16, fp32 (default bf16,fp16 on CUDA, fp32 on CPU)")
+
+
+def chosen_calls(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[torch.device, tuple[torch.dtype, ...], tuple[CallShape, ...]]:
+    """The device, dtypes and calls `add_call_arguments`' options name; a CUDA device without CUDA, or an unknown
+    dtype, is the parser's error. The CPU always gets the scaled-down calls."""
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available here")
+    try:
+        dtypes = parse_dtypes(args.dtypes or ("bf16,fp16" if device.type == "cuda" else "fp32"))
+    except ValueError as error:
+        parser.error(str(error))
+    calls = TINY_CALLS if args.tiny or device.type == "cpu" else MODEL_CALLS
+    return device, dtypes, calls

@@ -32,7 +32,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _attention_calls import MODEL_CALLS, TINY_CALLS, CallShape, dispatcher_choice, dtype_name, parse_dtypes
+from _attention_calls import (
+    CallShape,
+    add_call_arguments,
+    chosen_calls,
+    dispatcher_choice,
+    dtype_name,
+)
 from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention import (
@@ -186,18 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--part", choices=("order", "autotune"), required=True)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--tiny", action="store_true", help="the calls scaled down (a CPU rehearsal)")
-    parser.add_argument("--dtypes", help="comma-separated: bf16, fp16, fp32 (default bf16,fp16 on CUDA, fp32 on CPU)")
+    add_call_arguments(parser)
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: CUDA is not available here")
-    try:
-        dtypes = parse_dtypes(args.dtypes or ("bf16,fp16" if device.type == "cuda" else "fp32"))
-    except ValueError as error:
-        parser.error(str(error))
-    calls = TINY_CALLS if args.tiny or device.type == "cpu" else MODEL_CALLS
+    device, dtypes, calls = chosen_calls(parser, args)
     return (part_order if args.part == "order" else part_autotune)(device, calls, dtypes)
 
 

@@ -49,7 +49,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _attention_calls import MODEL_CALLS, TINY_CALLS, CallShape, dispatcher_choice, dtype_name, parse_dtypes
+from _attention_calls import (
+    MODEL_CALLS,
+    TINY_CALLS,
+    CallShape,
+    add_call_arguments,
+    chosen_calls,
+    dispatcher_choice,
+    dtype_name,
+)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from invokeai.backend.attention import (
@@ -425,23 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--tiny", action="store_true", help="the calls scaled down (a CPU rehearsal)")
-    parser.add_argument("--dtypes", help="comma-separated: bf16, fp16, fp32 (default bf16,fp16 on CUDA, fp32 on CPU)")
+    add_call_arguments(parser)
     parser.add_argument("--calls-only", help="comma-separated labels of the calls to run (default every one)")
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--rounds", type=int, help="timed rounds (default 12, quick 4)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target fails on a call")
     args = parser.parse_args(argv)
     rounds = args.rounds or (4 if args.quick else 12)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: CUDA is not available here")
-    try:
-        dtypes = parse_dtypes(args.dtypes or ("bf16,fp16" if device.type == "cuda" else "fp32"))
-    except ValueError as error:
-        parser.error(str(error))
-    calls = TINY_CALLS if args.tiny or device.type == "cpu" else MODEL_CALLS
+    device, dtypes, calls = chosen_calls(parser, args)
     if args.calls_only:
         wanted = {label.strip() for label in args.calls_only.split(",")}
         calls = tuple(call for call in calls if call.label in wanted)
