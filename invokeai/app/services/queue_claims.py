@@ -55,13 +55,14 @@ def choose_item(
     candidates: Sequence[Candidate], on_device: frozenset[str], now: datetime, max_wait_s: float
 ) -> int | None:
     """The item to claim among `candidates` (pending, in the order they run): the first, unless it has waited
-    less than `max_wait_s` and a later one uses only models already on the worker's device."""
+    less than `max_wait_s` and a later one uses only models already on the worker's device.
+
+    An item that uses no models has all of them on every device (running it loads nothing): it is never passed
+    over for a later one."""
     if not candidates:
         return None
     head = candidates[0]
     if not on_device or (now - head.created_at).total_seconds() >= max_wait_s:
         return head.item_id
-    if head.models and head.models <= on_device:
-        return head.item_id
-    preferred = next((c for c in candidates if c.models and c.models <= on_device), head)
+    preferred = next((c for c in candidates if c.models <= on_device), head)
     return preferred.item_id

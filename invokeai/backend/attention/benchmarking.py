@@ -7,7 +7,8 @@ serve raises "No available kernel" and a completed run proves the kernel served 
 first, then the installed order. PyTorch's kernel flags are process-global, so a window holds the attention lock
 for its whole duration, and from the first window on every attention call of every thread takes that lock: calls
 of different threads run one at a time for the rest of the process. Opening the first window waits for the calls
-already running without the lock, so none of them runs under the window's flags.
+already running without the lock, so none of them runs under the window's flags, and a window opened meanwhile
+waits for that wait too. Compiled and exported graphs call the aten op directly and never take the lock.
 """
 
 from __future__ import annotations
@@ -89,9 +90,19 @@ def sdpa_window(mode: str | None, source: str = "benchmarking") -> Iterator[Wind
         if state.window is not None:
             raise RuntimeError(f"a benchmarking window ({state.window.source}) is already open")
         first = not state.serialize
-        state.serialize = True
-    if first:
-        _wait_for_unlocked_calls(state)
+        if first:
+            state.serialize = True
+            state.draining = threading.Event()
+        draining = state.draining
+    if first and draining is not None:
+        try:
+            _wait_for_unlocked_calls(state)
+        finally:
+            draining.set()
+    elif draining is not None:
+        # The first window is still waiting for the calls in flight: a window that opened now would apply its
+        # flags to those calls. Every window waits until that wait is over.
+        draining.wait()
     kernel, exclusive = WINDOW_MODES[mode]
     with state.lock:
         if state.window is not None:

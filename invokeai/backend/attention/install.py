@@ -158,6 +158,7 @@ def install_attention(
         STATE.cudnn_demoted = False
         STATE.window = None
         STATE.serialize = False
+        STATE.draining = None
         STATE.rocm_max_head_dim = max_fused_head_dim() if devices.is_rocm() else None
         STATE.device = target
         STATE.probe = probe_kernels(target)
@@ -196,5 +197,6 @@ def uninstall_attention() -> None:
         STATE.rocm_max_head_dim = None
         STATE.cudnn_demoted = False
         STATE.serialize = False
+        STATE.draining = None
         STATE.autotune = "off"
         STATE.tuner = None

@@ -51,6 +51,8 @@ class AttentionState:
     # PyTorch's flags are process-global, so that is the only way a window cannot leak into another thread's calls.
     # Reentrant, so the window's own thread keeps calling attention inside it.
     serialize: bool = False
+    # Set once the first window's wait for the calls already in flight is over; other windows wait for it.
+    draining: threading.Event | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     # Measured autotuning (attention_autotune): off, on, or pinned (asked for, but a pin overrides it); the tuner
     # holds the tuned choices while it is on.

@@ -13,13 +13,14 @@ import psycopg
 import pytest
 from claim_support import claim_until_empty
 from engine_support import ENGINES
-from queue_support import EventRecorder, integer_batch, wait_until
+from queue_support import EventRecorder, graph, integer_batch, wait_until
 
 from invokeai.app.services.database import Database
 from invokeai.app.services.events import EventBus, QueueItemStatusChangedEvent
 from invokeai.app.services.images import ImageService
 from invokeai.app.services.postgres import PostgresDatabase
 from invokeai.app.services.queue_leases import LeaseKeeper
+from invokeai.app.services.queue_models import Batch
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import LEASE_EXPIRED_REASON, RESTART_REASON, SessionQueue
 from invokeai.app.services.sqlite import SqliteDatabase
@@ -211,4 +212,60 @@ def test_sqlite_restart_requeues_interrupted_items_when_asked(tmp_path: Path) ->
         assert _status(after, waiting) == "pending"
         if requeue:
             after.dequeue()  # runs again, and the server dies again
+        db.close()
+
+
+class _HeldAfterAffinityRead(SessionQueue):
+    """A server whose claim stops between its affinity read and its claim until `release` is set: the moment at
+    which another server may claim or cancel the item it chose."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.chosen: int | None = None
+        self.read_done = threading.Event()
+        self.release = threading.Event()
+
+    def _affine_item(self, cursor, on_device):  # type: ignore[no-untyped-def]
+        self.chosen = super()._affine_item(cursor, on_device)
+        self.read_done.set()
+        assert self.release.wait(10)
+        return self.chosen
+
+
+def _model_batch(name: str) -> Batch:
+    return Batch(graph=graph({"enc": {"type": "sd_text_encoder", "model": {"name": name}, "prompt": "p"}}))
+
+
+@pytest.mark.parametrize("meanwhile", ["claimed by another server", "canceled"])
+def test_the_affinity_claim_takes_its_item_only_if_still_pending(
+    postgres_url: str, make_server: MakeServer, meanwhile: str
+) -> None:
+    # Server A reads the pending items and prefers X (its model is on A's device); before A's claim, server B claims
+    # X (B's affinity read chose X too), or a user cancels X. A must not run X: its claim checks the item is still
+    # pending, and A takes the next pending item instead.
+    db = PostgresDatabase(postgres_url, pool_size=2)
+    try:
+        held = _HeldAfterAffinityRead(db, EventBus(), 10_000, server="a:1")
+        other = make_server("b:2")
+        [older_y] = other.enqueue_batch("default", _model_batch("Y")).item_ids
+        [x] = other.enqueue_batch("default", _model_batch("X")).item_ids
+        taken: list[object] = []
+        thread = threading.Thread(target=lambda: taken.append(held.dequeue("cpu#0", frozenset({"name:x"}))))
+        thread.start()
+        try:
+            assert held.read_done.wait(10) and held.chosen == x
+            if meanwhile == "canceled":
+                other.cancel("default", x)
+            else:
+                claimed = other.dequeue("cpu#0", frozenset({"name:x"}))
+                assert claimed is not None and claimed.item_id == x
+        finally:
+            held.release.set()
+            thread.join(10)
+        [a_item] = taken
+        assert a_item is not None and a_item.item_id == older_y  # type: ignore[attr-defined]
+        row = other._db.execute("SELECT status, worker FROM session_queue WHERE item_id = ?", (x,))[0]
+        expected = ("canceled", None) if meanwhile == "canceled" else ("in_progress", "b:2/cpu#0")
+        assert (row["status"], row["worker"]) == expected
+    finally:
         db.close()

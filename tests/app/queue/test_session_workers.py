@@ -176,6 +176,24 @@ def test_a_worker_takes_the_item_whose_models_it_holds_over_an_older_one(queue: 
     assert other is not None and other.item_id == older_y
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_an_older_item_that_uses_no_models_is_not_passed_over(queue: SessionQueue) -> None:
+    # An item without models has all its models on every device: running it first loads nothing.
+    [older_plain] = queue.enqueue_batch("default", integer_batch()).item_ids
+    [newer_x] = queue.enqueue_batch("default", model_batch("X")).item_ids
+    [later_plain] = queue.enqueue_batch("default", integer_batch()).item_ids
+    taken = queue.dequeue("cpu#0", frozenset({"name:x"}))
+    assert taken is not None and taken.item_id == older_plain
+    # Behind an item whose models this device lacks, a later model-less item is as good as one on the device.
+    queue.cancel("default", newer_x)
+    [older_y] = queue.enqueue_batch("default", model_batch("Y")).item_ids
+    queue.cancel("default", later_plain)
+    [plain] = queue.enqueue_batch("default", integer_batch()).item_ids
+    taken = queue.dequeue("cpu#0", frozenset({"name:x"}))
+    assert taken is not None and taken.item_id == plain
+    assert queue.get("default", older_y).status == "pending"
+
+
 def test_an_item_that_waited_past_the_bound_is_taken_whatever_its_models(db: SqliteDatabase, events: EventBus) -> None:
     queue = SessionQueue(db, events, max_queue_size=20, affinity_max_wait_s=0.2)
     [older_y] = queue.enqueue_batch("default", model_batch("Y")).item_ids

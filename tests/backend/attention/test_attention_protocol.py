@@ -5,6 +5,7 @@ torch.compile / jit.trace / export of code that calls it."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -303,6 +304,26 @@ def test_compiled_code_dispatches_under_the_flags_in_force(fresh_dynamo) -> None
     with sdpa_window("math"):
         assert _kernels_that_ran(lambda: compiled(*CAUSAL_QKV)) == ["MATH"]
     assert _kernels_that_ran(lambda: compiled(*CAUSAL_QKV)) == ["FLASH_ATTENTION"]
+
+
+def test_compiled_code_does_not_take_a_windows_lock(fresh_dynamo) -> None:  # type: ignore[no-untyped-def]
+    # docs/attention.md: a compiled graph's SDPA op is PyTorch's own, so another thread's compiled call runs while a
+    # window is open (it does not wait for the window's lock), under the flags in force when its kernel is chosen.
+    install_attention("auto", device="cpu")
+    compiled = torch.compile(_Attend(), fullgraph=True, backend="eager")
+    compiled(*CAUSAL_QKV)  # compiled outside the window
+    done = threading.Event()
+
+    def run_compiled() -> None:
+        compiled(*CAUSAL_QKV)
+        done.set()
+
+    with sdpa_window("math"):
+        other = threading.Thread(target=run_compiled)
+        other.start()
+        ran_inside_the_window = done.wait(5.0)
+    other.join(5.0)
+    assert ran_inside_the_window, "a compiled call waited for the window's lock"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.trace is deprecated, and still in use

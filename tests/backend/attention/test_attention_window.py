@@ -157,6 +157,60 @@ def test_opening_the_first_window_waits_for_a_call_already_in_flight(dispatcher)
     assert not opened_while_b_ran and outcome["b done when the window opened"] is True
 
 
+def test_a_second_window_waits_for_the_first_windows_wait(dispatcher) -> None:  # type: ignore[no-untyped-def]
+    # B is inside SDPA (held in the dispatcher query) when A starts opening the first window, so A waits for B's
+    # call. Meanwhile D opens a window from another thread: had it gone straight in, B's call would run under D's
+    # exclusive flags (a kernel the CPU lacks) and raise. D must wait until A's wait is over.
+    in_query, release, d_open = threading.Event(), threading.Event(), threading.Event()
+    holder: dict[str, threading.Thread] = {}
+
+    def flash_holding_b(call: DispatchedCall) -> bool:
+        if threading.current_thread() is holder.get("b") and not release.is_set():
+            in_query.set()
+            release.wait(WAIT_S)
+        return True
+
+    dispatcher({"FLASH_ATTENTION": flash_holding_b, "MATH": lambda call: True})
+    install_attention("auto", device="cpu")
+    q = torch.randn(1, 2, 16, 8)
+    outcome: dict[str, object] = {}
+
+    def call_in_b() -> None:
+        try:
+            outcome["b"] = F.scaled_dot_product_attention(q, q, q)
+        except Exception as error:
+            outcome["b"] = error
+
+    def open_window(name: str, mode: str) -> None:
+        try:
+            with sdpa_window(mode, source=name):
+                if name == "d":
+                    d_open.set()
+        except Exception as error:
+            outcome[name] = error
+
+    holder["b"] = b = threading.Thread(target=call_in_b)
+    a = threading.Thread(target=open_window, args=("a", "math"))
+    d = threading.Thread(target=open_window, args=("d", "efficient"))
+    draining = benchmarking._wait_for_unlocked_calls.__code__
+    try:
+        b.start()
+        assert in_query.wait(WAIT_S)
+        a.start()
+        assert _until(lambda: _running(a, draining))
+        d.start()
+        opened_while_b_ran = d_open.wait(0.3)
+    finally:
+        release.set()
+        for thread in (b, a, d):
+            if thread.ident is not None:
+                thread.join(WAIT_S)
+    assert not any(thread.is_alive() for thread in (a, b, d))
+    assert isinstance(outcome["b"], torch.Tensor), f"B's call ran under the second window: {outcome['b']}"
+    assert not opened_while_b_ran
+    assert "a" not in outcome and "d" not in outcome  # both windows opened in turn, neither failed
+
+
 def _running(thread: threading.Thread, code: CodeType) -> bool:
     frame = sys._current_frames().get(thread.ident or -1)
     while frame is not None and frame.f_code is not code:
