@@ -249,6 +249,8 @@ class SessionProcessor:
                     # A broken item (or database trouble) must not end the worker: log it and go on.
                     logger.exception("Queue item %d could not be processed", item.item_id)
                 finally:
+                    # However it ended: its lease is no longer renewed (one left in_progress is recovered).
+                    self._queue.release(item.item_id)
                     worker.item = None
 
     def _claim(self, worker: _Worker) -> SessionQueueItem | None:

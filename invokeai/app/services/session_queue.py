@@ -300,9 +300,11 @@ class SessionQueue:
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
-        # item_id -> the worker that claimed it, for the items this server runs. A server cut off from the database
-        # for longer than the lease may find its item recovered and claimed by another: it must then neither
-        # finish that run nor go on with its own (see _finish and is_running).
+        # item_id -> the worker that claimed it, for the items this server runs now: added once a claim commits,
+        # removed when the item is finished here or its worker lets it go (release). Only these leases are renewed,
+        # so an item a worker dropped runs out of lease and is recovered by a sweep. A server cut off from the
+        # database for longer than the lease may find its item recovered and claimed by another: it must then
+        # neither finish that run nor go on with its own (see _finish and is_running).
         self._claims: dict[int, str] = {}
 
     def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
@@ -515,6 +517,9 @@ class SessionQueue:
             if not rows:  # no preference, or the preferred item was taken meanwhile (another server): the next one
                 candidates = self.lock_pending(cursor, limit=1)
                 rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
+        # Only now, after the commit: a claim whose commit failed is not this server's to renew.
+        for row in rows:
+            self._claims[int(row["item_id"])] = str(row["worker"])
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
 
@@ -548,28 +553,36 @@ class SessionQueue:
         """In the transaction that locked it (lock_pending): the item in_progress for `worker` of this server
         (`<host>:<pid>/<worker>`), with a lease. Its row, to publish and return once the transaction commits."""
         now, holder = now_iso(), f"{self.server}/{worker}"
-        rows = cursor.execute(
+        return cursor.execute(
             "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
             "lease_expires_at = ? WHERE item_id = ? AND status = 'pending' RETURNING *",
             (now, now, holder, iso_in(self.lease_seconds), item_id),
         ).fetchall()
-        if rows:
-            self._claims[item_id] = holder
-        return rows
+
+    def running_here(self) -> dict[int, str]:
+        """The items this server's workers run now (item_id -> the claiming worker), as this server knows it."""
+        return dict(self._claims)  # a copy: workers claim and release meanwhile
+
+    def release(self, item_id: int) -> None:
+        """The worker is done with the item, however it ended (also when it could not record the end): its lease is
+        no longer renewed, so an item left in_progress runs out of lease and is recovered."""
+        self._claims.pop(item_id, None)
 
     def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
-        """Extend the leases of the items this server runs (all of them, or those of `item_ids`); one statement.
-        Returns how many were renewed."""
-        prefix = f"{self.server}/"
-        where, params = "status = 'in_progress' AND substr(worker, 1, ?) = ?", [len(prefix), prefix]
-        if item_ids is not None:
-            if not item_ids:
-                return 0
-            where += f" AND item_id IN ({', '.join('?' for _ in item_ids)})"
-            params.extend(item_ids)
+        """Extend the leases of the items this server runs now (all of them, or those among `item_ids`), each only
+        while it is still in_progress for the worker that claimed it here; one statement. Never the other
+        in_progress rows of this server's `host:pid`: one its worker dropped must run out of lease. Returns how many
+        were renewed."""
+        claims = self.running_here()
+        wanted = claims if item_ids is None else item_ids
+        mine = [(item_id, claims[item_id]) for item_id in wanted if item_id in claims]
+        if not mine:
+            return 0
+        which = " OR ".join("(item_id = ? AND worker = ?)" for _ in mine)
         with self._db.transaction() as cursor:
             return cursor.execute(
-                f"UPDATE session_queue SET lease_expires_at = ? WHERE {where}", (iso_in(self.lease_seconds), *params)
+                f"UPDATE session_queue SET lease_expires_at = ? WHERE status = 'in_progress' AND ({which})",
+                (iso_in(self.lease_seconds), *(value for pair in mine for value in pair)),
             ).rowcount
 
     def recover_expired(self) -> int:
@@ -602,7 +615,7 @@ class SessionQueue:
         recovered from this server and claimed again elsewhere)."""
         now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
-        holder = self._claims.pop(item_id, None)
+        holder = self._claims.get(item_id)
         mine, params = ("", ()) if holder is None else (" AND worker = ?", (holder,))
         with self._db.transaction() as cursor:
             rows = cursor.execute(
@@ -610,6 +623,8 @@ class SessionQueue:
                 f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *",
                 (status, *columns.values(), now, now, item_id, *params),
             ).fetchall()
+        # Kept until the change is recorded: while a finish is retried (the database away) the lease is renewed.
+        self.release(item_id)
         self._publish_changes(rows)
         return bool(rows)
 

@@ -166,6 +166,28 @@ def test_a_server_renews_only_its_own_items(make_server: MakeServer) -> None:
     assert second.renew_leases() == 1
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_only_the_items_a_worker_runs_now_are_renewed_and_a_dropped_one_is_recovered(db: Database) -> None:
+    # A worker that lets an item go without recording its end (a database error at completion) must not leave it
+    # in_progress for ever: its lease is no longer renewed, so the sweep recovers it.
+    queue = SessionQueue(db, EventBus(), 100, lease_seconds=0.5)
+    queue.enqueue_batch("default", integer_batch(runs=2))
+    running, dropped = queue.dequeue(worker="w0"), queue.dequeue(worker="w1")
+    assert running is not None and dropped is not None
+    assert queue.running_here() == {running.item_id: running.worker, dropped.item_id: dropped.worker}
+    queue.release(dropped.item_id)
+    assert queue.running_here() == {running.item_id: running.worker}
+    deadline = time.monotonic() + 0.7
+    while time.monotonic() < deadline:  # past the lease: only renewals keep an item
+        assert queue.renew_leases() == 1
+        time.sleep(0.1)
+    assert queue.recover_expired() == 1
+    assert [_status(queue, running.item_id), _status(queue, dropped.item_id)] == ["in_progress", "canceled"]
+    assert queue.get("default", dropped.item_id).cancel_reason == LEASE_EXPIRED_REASON
+    assert queue.complete(running.item_id, {})
+    assert queue.running_here() == {}
+
+
 def test_a_pause_on_one_server_stops_the_claims_of_every_server(make_server: MakeServer) -> None:
     pausing, other = make_server("p:1"), make_server("o:2")
     (item_id,) = pausing.enqueue_batch("default", integer_batch()).item_ids
