@@ -156,8 +156,8 @@ many, may name the same database: they share one queue, and each item is claimed
   third of that time. Every server looks for expired leases as often: an item whose server stopped (killed,
   crashed, lost power) is canceled with the reason "its server stopped while it was running", or, with
   `requeue_interrupted: true`, put back as pending to run again. Completed items are never touched. A server
-  that starts recovers only expired leases, never items that other live servers run. Leases are compared with
-  each host's clock: keep the hosts' clocks synchronized (NTP).
+  that starts recovers only expired leases, never items that other live servers run. Leases are written and
+  compared in the database's clock (PostgreSQL's `now()`), so the hosts' clocks need not agree.
 - **Files**: images and models stay files. Every server must see the same `outputs_dir`, and the model files at
   the paths recorded (a shared `models_dir`).
 

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 
 from invokeai.app.nodes.graph import Graph, execution_order
 from invokeai.app.services.batch import expand_batch, item_count
-from invokeai.app.services.database import Cursor, Database, Row, skip_locked
+from invokeai.app.services.database import Cursor, Database, Row, database_now, database_time_in, skip_locked
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     BatchStatusCounts,
@@ -58,7 +58,7 @@ from invokeai.app.services.queue_models import (
     SessionQueueItem,
     new_id,
 )
-from invokeai.app.services.timestamps import iso_in, now_iso
+from invokeai.app.services.timestamps import now_iso
 
 logger = logging.getLogger(__name__)
 
@@ -555,8 +555,9 @@ class SessionQueue:
         now, holder = now_iso(), f"{self.server}/{worker}"
         return cursor.execute(
             "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
-            "lease_expires_at = ? WHERE item_id = ? AND status = 'pending' RETURNING *",
-            (now, now, holder, iso_in(self.lease_seconds), item_id),
+            f"lease_expires_at = {database_time_in(self._db.dialect)} WHERE item_id = ? AND status = 'pending' "
+            "RETURNING *",
+            (now, now, holder, self.lease_seconds, item_id),
         ).fetchall()
 
     def running_here(self) -> dict[int, str]:
@@ -581,14 +582,16 @@ class SessionQueue:
         which = " OR ".join("(item_id = ? AND worker = ?)" for _ in mine)
         with self._db.transaction() as cursor:
             return cursor.execute(
-                f"UPDATE session_queue SET lease_expires_at = ? WHERE status = 'in_progress' AND ({which})",
-                (iso_in(self.lease_seconds), *(value for pair in mine for value in pair)),
+                f"UPDATE session_queue SET lease_expires_at = {database_time_in(self._db.dialect)} "
+                f"WHERE status = 'in_progress' AND ({which})",
+                (self.lease_seconds, *(value for pair in mine for value in pair)),
             ).rowcount
 
     def recover_expired(self) -> int:
         """Every server's sweep: an item whose lease ran out was running on a server that stopped. It is canceled
-        with LEASE_EXPIRED_REASON, or put back as pending (requeue_interrupted); finished items are never touched."""
-        return self._recover("lease_expires_at < ?", (now_iso(),), LEASE_EXPIRED_REASON)
+        with LEASE_EXPIRED_REASON, or put back as pending (requeue_interrupted); finished items are never touched.
+        Leases are written and compared in the database's clock, never this host's."""
+        return self._recover(f"lease_expires_at < {database_now(self._db.dialect)}", (), LEASE_EXPIRED_REASON)
 
     def _recover(self, where: str, params: Sequence[Any], reason: str) -> int:
         now = now_iso()
