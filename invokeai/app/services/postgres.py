@@ -161,6 +161,10 @@ class PostgresDatabase:
             kwargs={"autocommit": True, "row_factory": _row_factory, "connect_timeout": CONNECT_TIMEOUT_S},
             open=False,
             name="invokeai",
+            # Each connection is checked (one round trip) before it is handed out: after a restart of the database
+            # the pool's idle connections are dead, and without the check the next few statements failed on them
+            # (2-3 lease renewals in a row: a whole short lease, and live servers' items swept).
+            check=ConnectionPool.check_connection,
         )
         self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
         logger.info("Database: PostgreSQL %s, at most %d connections", self.where, pool_size)
