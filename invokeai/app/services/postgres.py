@@ -149,7 +149,16 @@ class PostgresDatabase:
 
     dialect: Dialect = "postgresql"
 
-    def __init__(self, url: str, pool_size: int, migrations: Sequence[Migration] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int,
+        migrations: Sequence[Migration] | None = None,
+        *,
+        wait_s: float = CONNECT_TIMEOUT_S,
+    ) -> None:
+        """wait_s: how long a statement waits for a pooled connection (all busy, or the database away) before it
+        fails with PoolTimeout (a psycopg.OperationalError, as a lost connection is)."""
         self.url = url
         self.where = describe_url(url)
         check_reachable(url)
@@ -161,6 +170,7 @@ class PostgresDatabase:
             kwargs={"autocommit": True, "row_factory": _row_factory, "connect_timeout": CONNECT_TIMEOUT_S},
             open=False,
             name="invokeai",
+            timeout=wait_s,
             # Each connection is checked (one round trip) before it is handed out: after a restart of the database
             # the pool's idle connections are dead, and without the check the next few statements failed on them
             # (2-3 lease renewals in a row: a whole short lease, and live servers' items swept).

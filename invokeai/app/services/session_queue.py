@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import socket
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
@@ -23,6 +24,7 @@ from pydantic import TypeAdapter
 from invokeai.app.nodes.graph import Graph, execution_order
 from invokeai.app.services.batch import expand_batch, item_count
 from invokeai.app.services.database import Cursor, Database, Row, database_now, database_time_in, skip_locked
+from invokeai.app.services.database_retry import DATABASE_ERRORS
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     BatchStatusCounts,
@@ -67,6 +69,7 @@ LEASE_EXPIRED_REASON = "its server stopped while it was running"
 DEFAULT_LEASE_SECONDS = 30
 SHUTDOWN_REASON = "the server was shutting down"
 CANCEL_REASON = "canceled by request"
+DATABASE_UNREACHABLE_REASON = "the database could not be reached to record its run"
 
 
 class QueueFullError(Exception):
@@ -306,6 +309,9 @@ class SessionQueue:
         # database for longer than the lease may find its item recovered and claimed by another: it must then
         # neither finish that run nor go on with its own (see _finish and is_running).
         self._claims: dict[int, str] = {}
+        # Held from a claim's transaction until its claim is recorded above, and by end_dropped: an item claimed a
+        # moment ago is never taken for one that no worker runs.
+        self._claim_lock = threading.Lock()
 
     def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -511,15 +517,17 @@ class SessionQueue:
         affinity_max_wait_s. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
-        with self._db.transaction() as cursor:
-            chosen = self._affine_item(cursor, on_device) if on_device else None
-            rows = self.claim(cursor, chosen, worker) if chosen is not None else []
-            if not rows:  # no preference, or the preferred item was taken meanwhile (another server): the next one
-                candidates = self.lock_pending(cursor, limit=1)
-                rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
-        # Only now, after the commit: a claim whose commit failed is not this server's to renew.
-        for row in rows:
-            self._claims[int(row["item_id"])] = str(row["worker"])
+        with self._claim_lock:
+            with self._db.transaction() as cursor:
+                chosen = self._affine_item(cursor, on_device) if on_device else None
+                rows = self.claim(cursor, chosen, worker) if chosen is not None else []
+                if not rows:  # no preference, or the preferred item was taken meanwhile (another server): the next
+                    candidates = self.lock_pending(cursor, limit=1)
+                    rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
+            # Only now, after the commit: a claim whose commit failed is not this server's to renew (if it did
+            # commit unseen, end_dropped ends it).
+            for row in rows:
+                self._claims[int(row["item_id"])] = str(row["worker"])
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
 
@@ -587,6 +595,21 @@ class SessionQueue:
                 (self.lease_seconds, *(value for pair in mine for value in pair)),
             ).rowcount
 
+    def end_dropped(self) -> int:
+        """The lease keeper's, before it renews: end every in_progress item of this server (`host:pid`) that none of
+        its workers runs now. A worker lets an item go that way only when the database could not be reached to record
+        its end, or a claim committed while its answer was lost: it ends with DATABASE_UNREACHABLE_REASON (or is put
+        back as pending, with requeue_interrupted) as soon as the database answers, not a lease later as if its
+        server had stopped. Returns how many."""
+        prefix = f"{self.server}/"
+        with self._claim_lock:
+            running = list(self._claims)
+            where, params = "substr(worker, 1, ?) = ?", [len(prefix), prefix]
+            if running:
+                where += f" AND item_id NOT IN ({', '.join('?' for _ in running)})"
+                params.extend(running)
+            return self._recover(where, params, DATABASE_UNREACHABLE_REASON)
+
     def recover_expired(self) -> int:
         """Every server's sweep: an item whose lease ran out was running on a server that stopped. It is canceled
         with LEASE_EXPIRED_REASON, or put back as pending (requeue_interrupted); finished items are never touched.
@@ -628,7 +651,11 @@ class SessionQueue:
             ).fetchall()
         # Kept until the change is recorded: while a finish is retried (the database away) the lease is renewed.
         self.release(item_id)
-        self._publish_changes(rows)
+        try:
+            self._publish_changes(rows)
+        except DATABASE_ERRORS as error:
+            # Recorded already: a retry would find the item finished. Clients re-read the queue when they reconnect.
+            logger.warning("Queue item %d ended, but its event could not be sent: %s", item_id, error)
         return bool(rows)
 
     def complete(self, item_id: int, results: dict[str, dict[str, Any]]) -> bool:
