@@ -83,6 +83,13 @@ def skip_locked(dialect: Dialect) -> str:
     return "FOR UPDATE SKIP LOCKED" if dialect == "postgresql" else ""
 
 
+def advisory_lock(dialect: Dialect) -> str | None:
+    """A statement with one `?` (a 64-bit key) that, inside a transaction, waits for and holds until its end a lock
+    every server on the database shares; None on SQLite, whose BEGIN IMMEDIATE already admits one writer at a
+    time."""
+    return "SELECT pg_advisory_xact_lock(?)" if dialect == "postgresql" else None
+
+
 # The database's own clock, as the services write times (ISO 8601, UTC, to the microsecond: see timestamps.py), so
 # that a stored time compares with it as text. Leases are written and compared in it: with several servers on one
 # PostgreSQL, each host's clock may be off by any amount, and only the database's is the same for all of them.

@@ -23,7 +23,15 @@ from pydantic import TypeAdapter
 
 from invokeai.app.nodes.graph import Graph, execution_order
 from invokeai.app.services.batch import expand_batch, item_count
-from invokeai.app.services.database import Cursor, Database, Row, database_now, database_time_in, skip_locked
+from invokeai.app.services.database import (
+    Cursor,
+    Database,
+    Row,
+    advisory_lock,
+    database_now,
+    database_time_in,
+    skip_locked,
+)
 from invokeai.app.services.database_retry import DATABASE_ERRORS
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
@@ -81,6 +89,8 @@ class QueueItemNotFoundError(KeyError):
 
 
 RETRYABLE_STATUSES = ("failed", "canceled")
+# Any fixed 64-bit number: the lock every server takes before it counts the pending items and adds to them.
+_ENQUEUE_LOCK = 0x496E766F6B6551
 
 
 class RetryRefusedError(ValueError):
@@ -368,6 +378,14 @@ class SessionQueue:
             ),
         }
 
+    def _lock_enqueues(self, cursor: Cursor) -> None:
+        """Before the count that max_queue_size is checked against: held to the end of the transaction, so no other
+        enqueue (of this server or another) counts before this one's items are in. Without it, concurrent bursts
+        each counted the others' items as absent and went past the limit by a third."""
+        statement = advisory_lock(self._db.dialect)
+        if statement is not None:
+            cursor.execute(statement, (_ENQUEUE_LOCK,))
+
     def _pending_count(self, cursor: Cursor) -> int:
         return int(cursor.execute("SELECT COUNT(*) FROM session_queue WHERE status = 'pending'").fetchone()[0])
 
@@ -399,6 +417,7 @@ class SessionQueue:
             for session in sessions
         ]
         with self._db.transaction() as cursor:
+            self._lock_enqueues(cursor)
             self._check_room(self._pending_count(cursor), requested)
             priority = 0
             if prepend:
@@ -484,6 +503,7 @@ class SessionQueue:
                 raise RetryRefusedError(
                     "only failed or canceled items can be retried; these are not: " + ", ".join(unfinished)
                 )
+            self._lock_enqueues(cursor)
             self._check_room(self._pending_count(cursor), len(wanted))
             new_ids = []
             for item_id in wanted:
