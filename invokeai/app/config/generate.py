@@ -121,8 +121,9 @@ with the same exit code 2 and one line each:
   the way of that folder, a folder at the path itself, or an existing file that is not a SQLite database is
   refused;
 - `database_url`: its PostgreSQL server must answer and accept the connection; the line names the host, the
-  port and the database (never the password) and PostgreSQL's reason. `database_url` together with
-  `use_memory_db` is refused as well.
+  port and the database (never the password) and PostgreSQL's reason. A URL that PostgreSQL cannot parse (a
+  bare `%` in the password, an unclosed `[`) is refused with a line that names only the part that is wrong,
+  never its text or the URL. `database_url` together with `use_memory_db` is refused as well.
 
 An environment variable `INVOKEAI_<NAME>` that is not a setting is not an error (variables outlive the settings
 they were set for), but it is ignored, so the start logs a warning that names the closest setting:
