@@ -75,6 +75,43 @@ def postgres_url(postgres_server: Any) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def faulty_postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server of this test session's own (tests/postgres_support.FaultyPostgres), which tests stop and
+    restart: a skip where this machine has no PostgreSQL binaries, unless INVOKEAI_TEST_POSTGRES_REQUIRED is set."""
+    import os
+
+    from postgres_support import REQUIRED_ENV, FaultyPostgres, PostgresUnavailable
+
+    try:
+        server = FaultyPostgres()
+    except PostgresUnavailable as error:
+        if os.environ.get(REQUIRED_ENV):
+            raise
+        pytest.skip(str(error))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def faulty_postgres(faulty_postgres_server: Any) -> Iterator[Any]:
+    """The fault server, running, with `url`: a new, empty database on it, dropped after the test. Whatever the test
+    stopped is started again after it."""
+    import uuid
+
+    import psycopg
+    from postgres_support import FaultyDatabase
+
+    faulty_postgres_server.resume()
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(faulty_postgres_server.url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield FaultyDatabase(faulty_postgres_server, name)
+    faulty_postgres_server.resume()
+    with psycopg.connect(faulty_postgres_server.url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
 def invokeai_release(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """InvokeAI 6.14.2's built web UI and default workflows, fetched from PyPI once per test run
     (tests/invokeai_release.py)."""

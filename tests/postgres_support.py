@@ -20,6 +20,7 @@ from pathlib import Path
 URL_ENV = "INVOKEAI_TEST_POSTGRES_URL"
 REQUIRED_ENV = "INVOKEAI_TEST_POSTGRES_REQUIRED"
 _PORT_FILE = "port"
+_OPTIONS_FILE = "options"
 
 
 class PostgresUnavailable(RuntimeError):
@@ -80,14 +81,42 @@ def start(folder: Path) -> str:
         f"-h 127.0.0.1 -p {port} -k {folder} -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
         "-c max_connections=300"
     )
+    (folder / _OPTIONS_FILE).write_text(options)
+    _pg_ctl_start(bindir, folder)
+    (folder / _PORT_FILE).write_text(str(port))
+    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+
+def _pg_ctl_start(bindir: Path, folder: Path) -> None:
     log = folder / "server.log"
-    command = [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o", options, "start"]
+    options = (folder / _OPTIONS_FILE).read_text()
+    command = [str(bindir / "pg_ctl"), "-D", str(folder / "data"), "-l", str(log), "-w", "-o", options, "start"]
     done = _as_postgres(command, folder, 90)
     if done.returncode != 0:
         text = log.read_text(errors="replace") if log.exists() else ""
         raise PostgresUnavailable(f"pg_ctl start failed: {(done.stderr or done.stdout)[-300:]} {text[-300:]}")
-    (folder / _PORT_FILE).write_text(str(port))
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+
+def halt(folder: Path) -> None:
+    """Stop the server started in `folder` as an operator's restart does (fast: every session is terminated, and
+    clients get "terminating connection due to administrator command"), keeping its data for `resume`."""
+    bindir = find_bindir()
+    assert bindir is not None
+    command = [str(bindir / "pg_ctl"), "-D", str(folder / "data"), "-m", "fast", "-w", "-t", "30", "stop"]
+    done = _as_postgres(command, folder, 60)
+    if done.returncode != 0:
+        raise PostgresUnavailable(f"pg_ctl stop failed: {(done.stderr or done.stdout)[-300:]}")
+
+
+def resume(folder: Path) -> None:
+    """Start again, on the same port and data, a server that `halt` stopped."""
+    bindir = find_bindir()
+    assert bindir is not None
+    _pg_ctl_start(bindir, folder)
+
+
+def is_running(folder: Path) -> bool:
+    return (folder / "data" / "postmaster.pid").exists()
 
 
 def stop(folder: Path) -> None:
@@ -128,6 +157,45 @@ class PrivatePostgres:
     def database_url(self, name: str) -> str:
         """The URL of database `name` on this server (the same user, host and port)."""
         return self.url.rsplit("/", 1)[0] + "/" + name
+
+
+class FaultyPostgres:
+    """A server of a test session's own, never the shared one INVOKEAI_TEST_POSTGRES_URL names, for tests that stop
+    and restart it (a database outage, an operator's restart)."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="invokeai-test-pg-faults-"))
+        try:
+            self.url = start(self.folder)
+        except BaseException:
+            stop(self.folder)
+            raise
+
+    def database_url(self, name: str) -> str:
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
+    def restart(self) -> None:
+        """`pg_ctl restart` as an operator runs it: every open connection is terminated."""
+        halt(self.folder)
+        resume(self.folder)
+
+    def halt(self) -> None:
+        halt(self.folder)
+
+    def resume(self) -> None:
+        if not is_running(self.folder):
+            resume(self.folder)
+
+    def close(self) -> None:
+        stop(self.folder)
+
+
+class FaultyDatabase:
+    """A test's own database on the fault server, and the faults: restart, halt (the server down) and resume."""
+
+    def __init__(self, server: FaultyPostgres, name: str) -> None:
+        self.url = server.database_url(name)
+        self.restart, self.halt, self.resume = server.restart, server.halt, server.resume
 
 
 def main(argv: list[str]) -> int:

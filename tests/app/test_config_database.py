@@ -71,3 +71,35 @@ def test_a_server_that_cannot_reach_its_database_exits_2_naming_where_but_not_th
     assert f"127.0.0.1:{free_port}" in done.stderr
     assert "pw-1234" not in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("postgresql://invoke:pw-12%zz34@127.0.0.1:5432/studio", "the password has a '%' that does not start"),
+        ("postgresql://invoke:pw-1234@[::1:5432/studio", "the host and port: an IPv6 address opened with '['"),
+        ("postgresql://invoke:pw-1234@127.0.0.1/stu%dio", "the database name has a '%'"),
+        ("postgresql://invoke@127.0.0.1/studio?password=pw-12%zz34", "the query (after ?) has a '%'"),
+        ("postgresql://invoke@127.0.0.1/studio?password=pw-12&34=x", "the query (after ?) has a parameter"),
+    ],
+)
+def test_a_database_url_that_cannot_be_parsed_names_the_part_without_its_text(url: str, names: str) -> None:
+    # libpq's own message quotes the part it could not read (the password with a bare %) or the whole URL.
+    from invokeai.app.config.machine import postgres_problem
+
+    problem = postgres_problem(url)
+    assert problem is not None and problem.startswith(f"cannot be parsed: {names}"), problem
+    for secret in ("pw-12", "1234", "zz34", "studio", "invoke", "127.0.0.1", "::1"):
+        assert secret not in problem
+
+
+def test_a_server_whose_database_url_cannot_be_parsed_exits_2_without_the_password(
+    tmp_path: Path, run_invokeai_web: Run
+) -> None:
+    done = run_invokeai_web(
+        "--root", str(tmp_path), env={"INVOKEAI_DATABASE_URL": "postgresql://invoke:pw-12%zz34@127.0.0.1/studio"}
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "environment variable INVOKEAI_DATABASE_URL: cannot be parsed: the password has a '%'" in done.stderr
+    assert "pw-12" not in done.stderr + done.stdout and "127.0.0.1" not in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr

@@ -121,8 +121,9 @@ with the same exit code 2 and one line each:
   the way of that folder, a folder at the path itself, or an existing file that is not a SQLite database is
   refused;
 - `database_url`: its PostgreSQL server must answer and accept the connection; the line names the host, the
-  port and the database (never the password) and PostgreSQL's reason. `database_url` together with
-  `use_memory_db` is refused as well.
+  port and the database (never the password) and PostgreSQL's reason. A URL that PostgreSQL cannot parse (a
+  bare `%` in the password, an unclosed `[`) is refused with a line that names only the part that is wrong,
+  never its text or the URL. `database_url` together with `use_memory_db` is refused as well.
 
 An environment variable `INVOKEAI_<NAME>` that is not a setting is not an error (variables outlive the settings
 they were set for), but it is ignored, so the start logs a warning that names the closest setting:
@@ -156,8 +157,8 @@ many, may name the same database: they share one queue, and each item is claimed
   third of that time. Every server looks for expired leases as often: an item whose server stopped (killed,
   crashed, lost power) is canceled with the reason "its server stopped while it was running", or, with
   `requeue_interrupted: true`, put back as pending to run again. Completed items are never touched. A server
-  that starts recovers only expired leases, never items that other live servers run. Leases are compared with
-  each host's clock: keep the hosts' clocks synchronized (NTP).
+  that starts recovers only expired leases, never items that other live servers run. Leases are written and
+  compared in the database's clock (PostgreSQL's `now()`), so the hosts' clocks need not agree.
 - **Files**: images and models stay files. Every server must see the same `outputs_dir`, and the model files at
   the paths recorded (a shared `models_dir`).
 

@@ -66,11 +66,11 @@ def database_problem(path: Path) -> str | None:
 
 def postgres_problem(url: str) -> str | None:
     """Why the PostgreSQL server of `url` cannot be used (naming host, port and database, never the password)."""
-    from invokeai.app.services.postgres import DatabaseUnreachableError, check_reachable
+    from invokeai.app.services.postgres import DatabaseUnreachableError, DatabaseUrlError, check_reachable
 
     try:
         check_reachable(url)
-    except DatabaseUnreachableError as error:
+    except (DatabaseUnreachableError, DatabaseUrlError) as error:
         return str(error)
     return None
 

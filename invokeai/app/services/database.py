@@ -83,6 +83,38 @@ def skip_locked(dialect: Dialect) -> str:
     return "FOR UPDATE SKIP LOCKED" if dialect == "postgresql" else ""
 
 
+def advisory_lock(dialect: Dialect) -> str | None:
+    """A statement with one `?` (a 64-bit key) that, inside a transaction, waits for and holds until its end a lock
+    every server on the database shares; None on SQLite, whose BEGIN IMMEDIATE already admits one writer at a
+    time."""
+    return "SELECT pg_advisory_xact_lock(?)" if dialect == "postgresql" else None
+
+
+# The database's own clock, as the services write times (ISO 8601, UTC, to the microsecond: see timestamps.py), so
+# that a stored time compares with it as text. Leases are written and compared in it: with several servers on one
+# PostgreSQL, each host's clock may be off by any amount, and only the database's is the same for all of them.
+# SQLite's %f has milliseconds; the zeros keep the width (and so the text order) of now_iso's microseconds.
+_NOW = {
+    "sqlite": "strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000+00:00'",
+    "postgresql": "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') || '+00:00'",
+}
+_IN = {
+    "sqlite": "strftime('%Y-%m-%dT%H:%M:%f', 'now', CAST(? AS TEXT) || ' seconds') || '000+00:00'",
+    "postgresql": "to_char(now() AT TIME ZONE 'UTC' + make_interval(secs => CAST(? AS DOUBLE PRECISION)), "
+    "'YYYY-MM-DD\"T\"HH24:MI:SS.US') || '+00:00'",
+}
+
+
+def database_now(dialect: Dialect) -> str:
+    """An SQL expression: now in the database's clock, as a stored time."""
+    return _NOW[dialect]
+
+
+def database_time_in(dialect: Dialect) -> str:
+    """An SQL expression with one `?` (seconds): that long after now in the database's clock, as a stored time."""
+    return _IN[dialect]
+
+
 def open_database(config: InvokeAIAppConfig) -> Database:
     """The database the settings name, created or upgraded by the migrations."""
     if config.database_url:

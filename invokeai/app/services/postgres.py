@@ -7,6 +7,7 @@ it (also through `execute()`) is part of it; outside a transaction each statemen
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,57 @@ class DatabaseUnreachableError(RuntimeError):
     (never the password)."""
 
 
+# A `%` that does not start a %XX escape: libpq refuses the URL, quoting the part, password and all.
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _url_parts(url: str) -> list[tuple[str, str]]:
+    """(what, text) for each part of a postgresql:// URL, split as libpq splits it, however malformed the rest."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    rest, _, query = rest.partition("?")
+    authority, _, dbname = rest.partition("/")
+    userinfo, at, hostport = authority.rpartition("@")
+    if not at:
+        userinfo, hostport = "", authority
+    user, _, password = userinfo.partition(":")
+    return [
+        ("the user name", user),
+        ("the password", password),
+        ("the host and port", hostport),
+        ("the database name", dbname),
+        ("the query (after ?)", query),
+    ]
+
+
+def url_problem(url: str) -> str | None:
+    """Why libpq cannot parse `url`, naming only the part that is wrong: never its text, the password or the URL
+    (libpq's own message quotes them). None when it parses."""
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        message = str(error)
+    else:
+        return None
+    parts = _url_parts(url)
+    for what, text in parts:
+        if _BAD_ESCAPE.search(text):
+            return (
+                f"{what} has a '%' that does not start a %XX escape (write a literal '%' as %25 and other special "
+                "characters percent-encoded)"
+            )
+    hostport = dict(parts)["the host and port"]
+    if hostport.count("[") != hostport.count("]"):
+        return "the host and port: an IPv6 address opened with '[' is not closed with ']'"
+    if "query parameter" in message:
+        # Not the parameter's name either: an unencoded '&' in a password puts part of it where a name would be.
+        return "the query (after ?) has a parameter that PostgreSQL does not accept, or one without '='"
+    return "it is not a URL that PostgreSQL can read (libpq's message is not shown: it may quote the password)"
+
+
+class DatabaseUrlError(ValueError):
+    """database_url cannot be parsed; the message names the part that is wrong (never the password or the URL)."""
+
+
 def describe_url(url: str) -> str:
     """`database 'db' on host:port` (as libpq would default them): where a URL points, without its password."""
     try:
@@ -45,7 +97,11 @@ def describe_url(url: str) -> str:
 
 
 def check_reachable(url: str) -> None:
-    """Connect once; raises DatabaseUnreachableError naming host, port and database and libpq's reason."""
+    """Connect once; raises DatabaseUnreachableError naming host, port and database and libpq's reason, or
+    DatabaseUrlError for a URL that cannot be parsed."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise DatabaseUrlError(f"cannot be parsed: {problem}")
     try:
         with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S):
             pass
@@ -149,7 +205,16 @@ class PostgresDatabase:
 
     dialect: Dialect = "postgresql"
 
-    def __init__(self, url: str, pool_size: int, migrations: Sequence[Migration] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int,
+        migrations: Sequence[Migration] | None = None,
+        *,
+        wait_s: float = CONNECT_TIMEOUT_S,
+    ) -> None:
+        """wait_s: how long a statement waits for a pooled connection (all busy, or the database away) before it
+        fails with PoolTimeout (a psycopg.OperationalError, as a lost connection is)."""
         self.url = url
         self.where = describe_url(url)
         check_reachable(url)
@@ -161,6 +226,11 @@ class PostgresDatabase:
             kwargs={"autocommit": True, "row_factory": _row_factory, "connect_timeout": CONNECT_TIMEOUT_S},
             open=False,
             name="invokeai",
+            timeout=wait_s,
+            # Each connection is checked (one round trip) before it is handed out: after a restart of the database
+            # the pool's idle connections are dead, and without the check the next few statements failed on them
+            # (2-3 lease renewals in a row: a whole short lease, and live servers' items swept).
+            check=ConnectionPool.check_connection,
         )
         self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
         logger.info("Database: PostgreSQL %s, at most %d connections", self.where, pool_size)

@@ -25,6 +25,13 @@ from pydantic import BaseModel, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, CanceledError, InvocationContext
 from invokeai.app.nodes.graph import ValidatedGraph, validate_graph
+from invokeai.app.services.database_retry import (
+    DATABASE_ERRORS,
+    FIRST_DELAY_S,
+    DatabaseLostError,
+    caused_by_database,
+    with_retries,
+)
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     EventBase,
@@ -47,6 +54,8 @@ from invokeai.backend.attention import attention_caller
 logger = logging.getLogger(__name__)
 
 PREVIEW_MAX_SIDE = 256
+# A worker that cannot claim (the database away) looks again after this long at most.
+CLAIM_MAX_DELAY_S = 2.0
 UNREADABLE_ERROR_TYPE = "UnreadableQueueItem"
 
 
@@ -227,16 +236,30 @@ class SessionProcessor:
 
     def _work(self, worker: _Worker) -> None:
         with _on_device(worker.device):
+            claim_delay = 0.0  # > 0 while the claims fail: the backoff's next wait
             while not self._stop.is_set():
                 # Cleared before looking, so an enqueue after the look still wakes the wait below.
                 worker.wake.clear()
                 try:
                     with self._claiming:
                         item = self._claim(worker)  # None while paused: the claim reads the shared flag
+                except DATABASE_ERRORS as error:
+                    if not claim_delay:  # one line per outage, not one per try
+                        logger.warning(
+                            "%s cannot claim queue items, the database is unreachable (%s); retrying",
+                            worker.name,
+                            type(error).__name__,
+                        )
+                    claim_delay = min(max(claim_delay * 2, FIRST_DELAY_S), CLAIM_MAX_DELAY_S)
+                    self._stop.wait(claim_delay)
+                    continue
                 except Exception:
                     logger.exception("%s could not take the next queue item", worker.name)
-                    self._stop.wait(1.0)  # database trouble: retry, but not in a tight loop
+                    self._stop.wait(1.0)  # retry, but not in a tight loop
                     continue
+                if claim_delay:
+                    logger.info("%s claims queue items again", worker.name)
+                    claim_delay = 0.0
                 if item is None:
                     worker.wake.wait(self._poll_seconds)
                     continue
@@ -245,10 +268,16 @@ class SessionProcessor:
                 try:
                     if self._run_item(worker, item):
                         worker.items_completed += 1
+                except DatabaseLostError as error:
+                    # Its end could not be recorded: the lease keeper ends it with the reason once the database
+                    # answers (end_dropped), and no node is blamed.
+                    logger.error("Queue item %d stopped: %s", item.item_id, error)
                 except Exception:
-                    # A broken item (or database trouble) must not end the worker: log it and go on.
+                    # A broken item must not end the worker: log it and go on (the lease keeper ends the item).
                     logger.exception("Queue item %d could not be processed", item.item_id)
                 finally:
+                    # However it ended: its lease is no longer renewed (one left in_progress is recovered).
+                    self._queue.release(item.item_id)
                     worker.item = None
 
     def _claim(self, worker: _Worker) -> SessionQueueItem | None:
@@ -256,7 +285,15 @@ class SessionProcessor:
         return self._queue.dequeue(worker.name, on_device)
 
     def _is_canceled(self, item_id: int) -> bool:
-        return self._stop.is_set() or not self._queue.is_running(item_id)
+        """The cancel check; raises DatabaseLostError (a CanceledError: the node stops) when the database stays
+        unreachable for a lease."""
+        if self._stop.is_set():
+            return True
+        return not self._retried(lambda: self._queue.is_running(item_id), "the cancel check")
+
+    def _retried(self, call: Callable[[], Any], what: str) -> Any:
+        # For up to a lease: by then the item's lease has run out, and another server may have recovered it.
+        return with_retries(call, self._queue.lease_seconds, what)
 
     def _cancel_reason(self) -> str:
         return SHUTDOWN_REASON if self._stop.is_set() else CANCEL_REASON
@@ -266,10 +303,11 @@ class SessionProcessor:
         if item.session is None:
             # A damaged row: it fails with the reason, and the worker goes on to the next item.
             logger.warning("Queue item %d cannot be run: %s", item.item_id, item.read_error)
-            self._queue.fail(item.item_id, UNREADABLE_ERROR_TYPE, item.read_error or "unreadable", "", {})
+            reason = item.read_error or "unreadable"
+            self._retried(lambda: self._queue.fail(item.item_id, UNREADABLE_ERROR_TYPE, reason, "", {}), "its end")
             return False
         graph_json = item.session.graph.model_dump(mode="json")
-        workflow = self._queue.workflow_of(item.item_id)
+        workflow = self._retried(lambda: self._queue.workflow_of(item.item_id), "its workflow")
         outputs: dict[str, BaseInvocationOutput] = {}
         results: dict[str, dict[str, Any]] = {}
         try:
@@ -282,16 +320,21 @@ class SessionProcessor:
                     raise CanceledError(f"canceled before node {node_id!r}")
                 outputs[node_id] = self._run_node(worker, item, graph, graph_json, workflow, node_id, outputs)
                 results[node_id] = outputs[node_id].model_dump(mode="json")
+        except DatabaseLostError:
+            raise
         except CanceledError:
-            self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
+            self._record_end(lambda: self._queue.cancel_running(item.item_id, self._cancel_reason(), results))
         except Exception as error:
+            if caused_by_database(error):
+                # The database failed the node (it saved an image, read a record): not the node's own error.
+                raise DatabaseLostError(f"a database error inside the node: {type(error).__name__}") from error
             if self._is_canceled(item.item_id):
                 # A node that noticed the cancel in its own way; the item was canceled, it did not fail.
-                self._queue.cancel_running(item.item_id, self._cancel_reason(), results)
+                self._record_end(lambda: self._queue.cancel_running(item.item_id, self._cancel_reason(), results))
             else:
                 self._fail(item, error, results)
         else:
-            return self._queue.complete(item.item_id, results)
+            return bool(self._record_end(lambda: self._queue.complete(item.item_id, results)))
         finally:
             if self._tensors is not None:
                 self._tensors.delete_owned(item.session_id)
@@ -364,7 +407,7 @@ class SessionProcessor:
         except CanceledError:
             raise
         except Exception as error:
-            if not self._is_canceled(item.item_id):
+            if not caused_by_database(error) and not self._is_canceled(item.item_id):
                 self._events.publish(InvocationErrorEvent(**ids, **_error_fields(error)))
             raise
         self._events.publish(InvocationCompleteEvent(**ids, result=output))
@@ -373,9 +416,15 @@ class SessionProcessor:
     def _fail(self, item: SessionQueueItem, error: Exception, results: dict[str, dict[str, Any]]) -> None:
         fields = _error_fields(error)
         logger.warning("Queue item %d failed: %s: %s", item.item_id, fields["error_type"], fields["error_message"])
-        self._queue.fail(
-            item.item_id, fields["error_type"], fields["error_message"], fields["error_traceback"], results
+        self._record_end(
+            lambda: self._queue.fail(
+                item.item_id, fields["error_type"], fields["error_message"], fields["error_traceback"], results
+            )
         )
+
+    def _record_end(self, record: Callable[[], bool]) -> bool:
+        """Record the item's end, retried while the database is away (DatabaseLostError when it stays away)."""
+        return bool(self._retried(record, "recording its end"))
 
 
 def _ids(item: SessionQueueItem, node_id: str, node_type: str, invocation: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import socket
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
@@ -22,7 +23,16 @@ from pydantic import TypeAdapter
 
 from invokeai.app.nodes.graph import Graph, execution_order
 from invokeai.app.services.batch import expand_batch, item_count
-from invokeai.app.services.database import Cursor, Database, Row, skip_locked
+from invokeai.app.services.database import (
+    Cursor,
+    Database,
+    Row,
+    advisory_lock,
+    database_now,
+    database_time_in,
+    skip_locked,
+)
+from invokeai.app.services.database_retry import DATABASE_ERRORS
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     BatchStatusCounts,
@@ -58,7 +68,7 @@ from invokeai.app.services.queue_models import (
     SessionQueueItem,
     new_id,
 )
-from invokeai.app.services.timestamps import iso_in, now_iso
+from invokeai.app.services.timestamps import now_iso
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +77,7 @@ LEASE_EXPIRED_REASON = "its server stopped while it was running"
 DEFAULT_LEASE_SECONDS = 30
 SHUTDOWN_REASON = "the server was shutting down"
 CANCEL_REASON = "canceled by request"
+DATABASE_UNREACHABLE_REASON = "the database could not be reached to record its run"
 
 
 class QueueFullError(Exception):
@@ -78,6 +89,8 @@ class QueueItemNotFoundError(KeyError):
 
 
 RETRYABLE_STATUSES = ("failed", "canceled")
+# Any fixed 64-bit number: the lock every server takes before it counts the pending items and adds to them.
+_ENQUEUE_LOCK = 0x496E766F6B6551
 
 
 class RetryRefusedError(ValueError):
@@ -300,10 +313,15 @@ class SessionQueue:
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
-        # item_id -> the worker that claimed it, for the items this server runs. A server cut off from the database
-        # for longer than the lease may find its item recovered and claimed by another: it must then neither
-        # finish that run nor go on with its own (see _finish and is_running).
+        # item_id -> the worker that claimed it, for the items this server runs now: added once a claim commits,
+        # removed when the item is finished here or its worker lets it go (release). Only these leases are renewed,
+        # so an item a worker dropped runs out of lease and is recovered by a sweep. A server cut off from the
+        # database for longer than the lease may find its item recovered and claimed by another: it must then
+        # neither finish that run nor go on with its own (see _finish and is_running).
         self._claims: dict[int, str] = {}
+        # Held from a claim's transaction until its claim is recorded above, and by end_dropped: an item claimed a
+        # moment ago is never taken for one that no worker runs.
+        self._claim_lock = threading.Lock()
 
     def _items(self, rows: Sequence[Row]) -> list[SessionQueueItem]:
         """The items of these rows, each batch's graph read and parsed once (not once per row: it may be large)."""
@@ -360,6 +378,14 @@ class SessionQueue:
             ),
         }
 
+    def _lock_enqueues(self, cursor: Cursor) -> None:
+        """Before the count that max_queue_size is checked against: held to the end of the transaction, so no other
+        enqueue (of this server or another) counts before this one's items are in. Without it, concurrent bursts
+        each counted the others' items as absent and went past the limit by a third."""
+        statement = advisory_lock(self._db.dialect)
+        if statement is not None:
+            cursor.execute(statement, (_ENQUEUE_LOCK,))
+
     def _pending_count(self, cursor: Cursor) -> int:
         return int(cursor.execute("SELECT COUNT(*) FROM session_queue WHERE status = 'pending'").fetchone()[0])
 
@@ -391,6 +417,7 @@ class SessionQueue:
             for session in sessions
         ]
         with self._db.transaction() as cursor:
+            self._lock_enqueues(cursor)
             self._check_room(self._pending_count(cursor), requested)
             priority = 0
             if prepend:
@@ -476,6 +503,7 @@ class SessionQueue:
                 raise RetryRefusedError(
                     "only failed or canceled items can be retried; these are not: " + ", ".join(unfinished)
                 )
+            self._lock_enqueues(cursor)
             self._check_room(self._pending_count(cursor), len(wanted))
             new_ids = []
             for item_id in wanted:
@@ -509,12 +537,17 @@ class SessionQueue:
         affinity_max_wait_s. None when there is none, or while the queue is paused (on any server sharing it).
 
         An item that cannot be read back comes with read_error set and no session: the caller fails it."""
-        with self._db.transaction() as cursor:
-            chosen = self._affine_item(cursor, on_device) if on_device else None
-            rows = self.claim(cursor, chosen, worker) if chosen is not None else []
-            if not rows:  # no preference, or the preferred item was taken meanwhile (another server): the next one
-                candidates = self.lock_pending(cursor, limit=1)
-                rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
+        with self._claim_lock:
+            with self._db.transaction() as cursor:
+                chosen = self._affine_item(cursor, on_device) if on_device else None
+                rows = self.claim(cursor, chosen, worker) if chosen is not None else []
+                if not rows:  # no preference, or the preferred item was taken meanwhile (another server): the next
+                    candidates = self.lock_pending(cursor, limit=1)
+                    rows = self.claim(cursor, candidates[0]["item_id"], worker) if candidates else []
+            # Only now, after the commit: a claim whose commit failed is not this server's to renew (if it did
+            # commit unseen, end_dropped ends it).
+            for row in rows:
+                self._claims[int(row["item_id"])] = str(row["worker"])
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
 
@@ -548,34 +581,60 @@ class SessionQueue:
         """In the transaction that locked it (lock_pending): the item in_progress for `worker` of this server
         (`<host>:<pid>/<worker>`), with a lease. Its row, to publish and return once the transaction commits."""
         now, holder = now_iso(), f"{self.server}/{worker}"
-        rows = cursor.execute(
+        return cursor.execute(
             "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
-            "lease_expires_at = ? WHERE item_id = ? AND status = 'pending' RETURNING *",
-            (now, now, holder, iso_in(self.lease_seconds), item_id),
+            f"lease_expires_at = {database_time_in(self._db.dialect)} WHERE item_id = ? AND status = 'pending' "
+            "RETURNING *",
+            (now, now, holder, self.lease_seconds, item_id),
         ).fetchall()
-        if rows:
-            self._claims[item_id] = holder
-        return rows
+
+    def running_here(self) -> dict[int, str]:
+        """The items this server's workers run now (item_id -> the claiming worker), as this server knows it."""
+        return dict(self._claims)  # a copy: workers claim and release meanwhile
+
+    def release(self, item_id: int) -> None:
+        """The worker is done with the item, however it ended (also when it could not record the end): its lease is
+        no longer renewed, so an item left in_progress runs out of lease and is recovered."""
+        self._claims.pop(item_id, None)
 
     def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
-        """Extend the leases of the items this server runs (all of them, or those of `item_ids`); one statement.
-        Returns how many were renewed."""
-        prefix = f"{self.server}/"
-        where, params = "status = 'in_progress' AND substr(worker, 1, ?) = ?", [len(prefix), prefix]
-        if item_ids is not None:
-            if not item_ids:
-                return 0
-            where += f" AND item_id IN ({', '.join('?' for _ in item_ids)})"
-            params.extend(item_ids)
+        """Extend the leases of the items this server runs now (all of them, or those among `item_ids`), each only
+        while it is still in_progress for the worker that claimed it here; one statement. Never the other
+        in_progress rows of this server's `host:pid`: one its worker dropped must run out of lease. Returns how many
+        were renewed."""
+        claims = self.running_here()
+        wanted = claims if item_ids is None else item_ids
+        mine = [(item_id, claims[item_id]) for item_id in wanted if item_id in claims]
+        if not mine:
+            return 0
+        which = " OR ".join("(item_id = ? AND worker = ?)" for _ in mine)
         with self._db.transaction() as cursor:
             return cursor.execute(
-                f"UPDATE session_queue SET lease_expires_at = ? WHERE {where}", (iso_in(self.lease_seconds), *params)
+                f"UPDATE session_queue SET lease_expires_at = {database_time_in(self._db.dialect)} "
+                f"WHERE status = 'in_progress' AND ({which})",
+                (self.lease_seconds, *(value for pair in mine for value in pair)),
             ).rowcount
+
+    def end_dropped(self) -> int:
+        """The lease keeper's, before it renews: end every in_progress item of this server (`host:pid`) that none of
+        its workers runs now. A worker lets an item go that way only when the database could not be reached to record
+        its end, or a claim committed while its answer was lost: it ends with DATABASE_UNREACHABLE_REASON (or is put
+        back as pending, with requeue_interrupted) as soon as the database answers, not a lease later as if its
+        server had stopped. Returns how many."""
+        prefix = f"{self.server}/"
+        with self._claim_lock:
+            running = list(self._claims)
+            where, params = "substr(worker, 1, ?) = ?", [len(prefix), prefix]
+            if running:
+                where += f" AND item_id NOT IN ({', '.join('?' for _ in running)})"
+                params.extend(running)
+            return self._recover(where, params, DATABASE_UNREACHABLE_REASON)
 
     def recover_expired(self) -> int:
         """Every server's sweep: an item whose lease ran out was running on a server that stopped. It is canceled
-        with LEASE_EXPIRED_REASON, or put back as pending (requeue_interrupted); finished items are never touched."""
-        return self._recover("lease_expires_at < ?", (now_iso(),), LEASE_EXPIRED_REASON)
+        with LEASE_EXPIRED_REASON, or put back as pending (requeue_interrupted); finished items are never touched.
+        Leases are written and compared in the database's clock, never this host's."""
+        return self._recover(f"lease_expires_at < {database_now(self._db.dialect)}", (), LEASE_EXPIRED_REASON)
 
     def _recover(self, where: str, params: Sequence[Any], reason: str) -> int:
         now = now_iso()
@@ -602,7 +661,7 @@ class SessionQueue:
         recovered from this server and claimed again elsewhere)."""
         now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
-        holder = self._claims.pop(item_id, None)
+        holder = self._claims.get(item_id)
         mine, params = ("", ()) if holder is None else (" AND worker = ?", (holder,))
         with self._db.transaction() as cursor:
             rows = cursor.execute(
@@ -610,7 +669,13 @@ class SessionQueue:
                 f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *",
                 (status, *columns.values(), now, now, item_id, *params),
             ).fetchall()
-        self._publish_changes(rows)
+        # Kept until the change is recorded: while a finish is retried (the database away) the lease is renewed.
+        self.release(item_id)
+        try:
+            self._publish_changes(rows)
+        except DATABASE_ERRORS as error:
+            # Recorded already: a retry would find the item finished. Clients re-read the queue when they reconnect.
+            logger.warning("Queue item %d ended, but its event could not be sent: %s", item_id, error)
         return bool(rows)
 
     def complete(self, item_id: int, results: dict[str, dict[str, Any]]) -> bool:

@@ -7,6 +7,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -164,6 +165,64 @@ def test_a_server_renews_only_its_own_items(make_server: MakeServer) -> None:
     assert first.renew_leases([theirs.item_id]) == 0
     assert first.renew_leases([mine.item_id]) == 1
     assert second.renew_leases() == 1
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_only_the_items_a_worker_runs_now_are_renewed_and_a_dropped_one_is_recovered(db: Database) -> None:
+    # A worker that lets an item go without recording its end (a database error at completion) must not leave it
+    # in_progress for ever: its lease is no longer renewed, so the sweep recovers it.
+    queue = SessionQueue(db, EventBus(), 100, lease_seconds=0.5)
+    queue.enqueue_batch("default", integer_batch(runs=2))
+    running, dropped = queue.dequeue(worker="w0"), queue.dequeue(worker="w1")
+    assert running is not None and dropped is not None
+    assert queue.running_here() == {running.item_id: running.worker, dropped.item_id: dropped.worker}
+    queue.release(dropped.item_id)
+    assert queue.running_here() == {running.item_id: running.worker}
+    deadline = time.monotonic() + 0.7
+    while time.monotonic() < deadline:  # past the lease: only renewals keep an item
+        assert queue.renew_leases() == 1
+        time.sleep(0.1)
+    assert queue.recover_expired() == 1
+    assert [_status(queue, running.item_id), _status(queue, dropped.item_id)] == ["in_progress", "canceled"]
+    assert queue.get("default", dropped.item_id).cancel_reason == LEASE_EXPIRED_REASON
+    assert queue.complete(running.item_id, {})
+    assert queue.running_here() == {}
+
+
+def _skew_this_hosts_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The queue's host clock `seconds` off (a host without NTP); the database's clock is untouched."""
+    from invokeai.app.services import session_queue
+
+    def skewed_in(after: float) -> str:
+        return (datetime.now(UTC) + timedelta(seconds=seconds + after)).isoformat(timespec="microseconds")
+
+    monkeypatch.setattr(session_queue, "now_iso", lambda: skewed_in(0))
+    monkeypatch.setattr(session_queue, "iso_in", skewed_in, raising=False)  # what leases were written with before
+
+
+@pytest.mark.parametrize("who", ["the claiming host", "the sweeping host"])
+@pytest.mark.parametrize("skew_s", [-3600, 3600], ids=["an hour behind", "an hour ahead"])
+def test_leases_are_kept_in_the_databases_clock_whatever_the_hosts_clocks(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch, who: str, skew_s: float
+) -> None:
+    running, sweeping = make_server("r:1", lease_seconds=30), make_server("s:2", lease_seconds=30)
+    (item_id,) = running.enqueue_batch("default", integer_batch()).item_ids
+    with monkeypatch.context() as patch:
+        if who == "the claiming host":
+            _skew_this_hosts_clock(patch, skew_s)
+        assert running.dequeue() is not None
+        assert running.renew_leases() == 1
+    with monkeypatch.context() as patch:
+        if who == "the sweeping host":
+            _skew_this_hosts_clock(patch, skew_s)
+        assert sweeping.recover_expired() == 0
+    assert _status(sweeping, item_id) == "in_progress"
+    lease = sweeping._db.execute(
+        "SELECT lease_expires_at > to_char(now() AT TIME ZONE 'UTC' + interval '25 seconds', "
+        "'YYYY-MM-DD\"T\"HH24:MI:SS.US') AS ahead FROM session_queue WHERE item_id = ?",
+        (item_id,),
+    )[0]
+    assert lease["ahead"]  # 30 s from the database's now
 
 
 def test_a_pause_on_one_server_stops_the_claims_of_every_server(make_server: MakeServer) -> None:

@@ -10,6 +10,7 @@ from engine_support import ENGINES
 from queue_support import EventRecorder, integer_batch
 
 from invokeai.app.services.batch import InvalidBatchError
+from invokeai.app.services.database import Database
 from invokeai.app.services.events import BatchEnqueuedEvent, EventBus, QueueItemStatusChangedEvent
 from invokeai.app.services.queue_models import BatchDatum
 from invokeai.app.services.session_queue import (
@@ -76,6 +77,57 @@ def test_a_batch_that_would_overflow_the_queue_is_refused_whole(queue: SessionQu
     queue.enqueue_batch("other", integer_batch(runs=5))  # exactly full is fine
     assert queue.counts_by_status()["pending"] == 20
     assert len(recorder.events) == 2
+
+
+class _CountsThenWaits(SessionQueue):
+    """A server whose enqueue, once it has counted the pending items, waits (at most 0.5 s) for the other enqueuer to
+    have counted too: the interleaving under which unlocked counts both saw room for their batch."""
+
+    barrier: threading.Barrier
+
+    def _pending_count(self, cursor):  # type: ignore[no-untyped-def]
+        counted = super()._pending_count(cursor)
+        try:
+            self.barrier.wait(timeout=0.5)
+        except threading.BrokenBarrierError:
+            pass  # the other enqueuer is waiting for this one's transaction: the count is exact
+        return counted
+
+
+@pytest.mark.parametrize("action", ["enqueue", "retry"])
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_max_queue_size_is_exact_under_concurrent_enqueues(db: Database, action: str) -> None:
+    # Two servers (two queues on the database) enqueue 30 items each at once against a limit of 40: one fits, the
+    # other is refused whole, whatever the interleaving.
+    _CountsThenWaits.barrier = threading.Barrier(1)  # no waiting while the test sets up
+    servers = [_CountsThenWaits(db, EventBus(), max_queue_size=40, server=f"s:{n}") for n in range(2)]
+    retried: list[list[int]] = []
+    if action == "retry":
+        for _ in servers:
+            ids = servers[0].enqueue_batch("default", integer_batch(runs=30)).item_ids
+            servers[0].cancel_by_batch_ids("default", [servers[0].get("default", ids[0]).batch_id])
+            retried.append(ids)
+    _CountsThenWaits.barrier = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def add(index: int) -> None:
+        server = servers[index]
+        try:
+            if action == "retry":
+                outcomes.append(server.retry_items_by_id("default", retried[index]))
+            else:
+                outcomes.append(server.enqueue_batch("default", integer_batch(runs=30)))
+        except QueueFullError as error:
+            outcomes.append(error)
+
+    threads = [threading.Thread(target=add, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    refused = [outcome for outcome in outcomes if isinstance(outcome, QueueFullError)]
+    assert (len(outcomes), len(refused)) == (2, 1), outcomes
+    assert servers[0].counts_by_status()["pending"] == 30
 
 
 def test_finished_items_do_not_count_against_the_limit(queue: SessionQueue) -> None:

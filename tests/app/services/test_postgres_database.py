@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -162,3 +163,17 @@ def test_a_dedicated_connection_is_outside_the_pool_and_hears_notifications(pg: 
         pg.execute("SELECT pg_notify('invokeai_test', ?)", ("hello",))
         heard = [note.payload for note in listener.notifies(timeout=5, stop_after=1)]
     assert heard == ["hello"]
+
+
+def test_a_pooled_connection_that_a_restart_broke_is_replaced_before_use(faulty_postgres: Any) -> None:
+    # After a restart, the pool's idle connections are dead: each is checked before it is handed out, so the first
+    # statement after the restart succeeds instead of failing on a dead connection (2-3 failed lease renewals in a
+    # row, a whole short lease, before the check).
+    db = PostgresDatabase(faulty_postgres.url, pool_size=3)
+    try:
+        db.execute("SELECT 1")  # a connection in the pool, idle after this
+        faulty_postgres.restart()
+        for _ in range(3):
+            assert db.execute("SELECT 1 AS one")[0]["one"] == 1
+    finally:
+        db.close()
