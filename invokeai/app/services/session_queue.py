@@ -14,13 +14,15 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from invokeai.app.nodes.context import CanceledError
 from invokeai.app.nodes.graph import Graph, execution_order
 from invokeai.app.services.batch import expand_batch, item_count
 from invokeai.app.services.database import (
@@ -30,6 +32,7 @@ from invokeai.app.services.database import (
     advisory_lock,
     database_now,
     database_time_in,
+    for_share,
     skip_locked,
 )
 from invokeai.app.services.database_retry import DATABASE_ERRORS
@@ -78,6 +81,16 @@ DEFAULT_LEASE_SECONDS = 30
 SHUTDOWN_REASON = "the server was shutting down"
 CANCEL_REASON = "canceled by request"
 DATABASE_UNREACHABLE_REASON = "the database could not be reached to record its run"
+
+
+class NotOwnedError(CanceledError):
+    """A write of a run that is no longer its claim's (canceled, recovered from a server cut off past its lease, or
+    claimed again since): refused, and the run stops as for a cancel."""
+
+
+# Called inside the transaction of a write a run makes (an image record): raises NotOwnedError unless the run still
+# holds its item, and on PostgreSQL keeps the item's row from changing until that transaction ends.
+Fence = Callable[[Cursor], None]
 
 
 class QueueFullError(Exception):
@@ -313,7 +326,7 @@ class SessionQueue:
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
-        # item_id -> the worker that claimed it, for the items this server runs now: added once a claim commits,
+        # item_id -> the token of this server's claim, for the items it runs now: added once a claim commits,
         # removed when the item is finished here or its worker lets it go (release). Only these leases are renewed,
         # so an item a worker dropped runs out of lease and is recovered by a sweep. A server cut off from the
         # database for longer than the lease may find its item recovered and claimed by another: it must then
@@ -547,7 +560,7 @@ class SessionQueue:
             # Only now, after the commit: a claim whose commit failed is not this server's to renew (if it did
             # commit unseen, end_dropped ends it).
             for row in rows:
-                self._claims[int(row["item_id"])] = str(row["worker"])
+                self._claims[int(row["item_id"])] = str(row["claim_token"])
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
 
@@ -583,13 +596,13 @@ class SessionQueue:
         now, holder = now_iso(), f"{self.server}/{worker}"
         return cursor.execute(
             "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
-            f"lease_expires_at = {database_time_in(self._db.dialect)} WHERE item_id = ? AND status = 'pending' "
-            "RETURNING *",
-            (now, now, holder, self.lease_seconds, item_id),
+            f"claim_token = ?, lease_expires_at = {database_time_in(self._db.dialect)} "
+            "WHERE item_id = ? AND status = 'pending' RETURNING *",
+            (now, now, holder, uuid.uuid4().hex, self.lease_seconds, item_id),
         ).fetchall()
 
     def running_here(self) -> dict[int, str]:
-        """The items this server's workers run now (item_id -> the claiming worker), as this server knows it."""
+        """The items this server's workers run now (item_id -> its claim's token), as this server knows it."""
         return dict(self._claims)  # a copy: workers claim and release meanwhile
 
     def release(self, item_id: int) -> None:
@@ -599,7 +612,7 @@ class SessionQueue:
 
     def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
         """Extend the leases of the items this server runs now (all of them, or those among `item_ids`), each only
-        while it is still in_progress for the worker that claimed it here; one statement. Never the other
+        while it is still in_progress under the claim made here (its token); one statement. Never the other
         in_progress rows of this server's `host:pid`: one its worker dropped must run out of lease. Returns how many
         were renewed."""
         claims = self.running_here()
@@ -607,7 +620,7 @@ class SessionQueue:
         mine = [(item_id, claims[item_id]) for item_id in wanted if item_id in claims]
         if not mine:
             return 0
-        which = " OR ".join("(item_id = ? AND worker = ?)" for _ in mine)
+        which = " OR ".join("(item_id = ? AND claim_token = ?)" for _ in mine)
         with self._db.transaction() as cursor:
             return cursor.execute(
                 f"UPDATE session_queue SET lease_expires_at = {database_time_in(self._db.dialect)} "
@@ -640,7 +653,8 @@ class SessionQueue:
         now = now_iso()
         if self.requeue_interrupted:
             change = (
-                "status = 'pending', worker = NULL, lease_expires_at = NULL, started_at = NULL, updated_at = ?",
+                "status = 'pending', worker = NULL, claim_token = NULL, lease_expires_at = NULL, started_at = NULL, "
+                "updated_at = ?",
                 (now,),
             )
         else:
@@ -661,8 +675,8 @@ class SessionQueue:
         recovered from this server and claimed again elsewhere)."""
         now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
-        holder = self._claims.get(item_id)
-        mine, params = ("", ()) if holder is None else (" AND worker = ?", (holder,))
+        token = self._claims.get(item_id)
+        mine, params = ("", ()) if token is None else (" AND claim_token = ?", (token,))
         with self._db.transaction() as cursor:
             rows = cursor.execute(
                 f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
@@ -771,9 +785,22 @@ class SessionQueue:
     def is_running(self, item_id: int) -> bool:
         """False once the item was canceled or deleted, or claimed by another worker since this server claimed it:
         the processor's cancel check."""
-        rows = self._db.execute("SELECT status, worker FROM session_queue WHERE item_id = ?", (item_id,))
-        holder = self._claims.get(item_id)
-        return bool(rows) and rows[0]["status"] == "in_progress" and holder in (None, rows[0]["worker"])
+        rows = self._db.execute("SELECT status, claim_token FROM session_queue WHERE item_id = ?", (item_id,))
+        token = self._claims.get(item_id)
+        return bool(rows) and rows[0]["status"] == "in_progress" and token in (None, rows[0]["claim_token"])
+
+    def fence(self, item_id: int) -> Fence:
+        """The check a write of this item's run makes in its own transaction (see Fence). Taken while the run holds
+        its claim: the token is this claim's, whatever happens to the item later."""
+        token = self._claims.get(item_id)
+        read = f"SELECT status, claim_token FROM session_queue WHERE item_id = ? {for_share(self._db.dialect)}"
+
+        def check(cursor: Cursor) -> None:
+            row = cursor.execute(read, (item_id,)).fetchone()
+            if row is None or row[0] != "in_progress" or (token is not None and row[1] != token):
+                raise NotOwnedError(f"queue item {item_id} is no longer this run's: its write is refused")
+
+        return check
 
     def get(self, queue_id: str, item_id: int) -> SessionQueueItem:
         rows = self._db.execute(f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id = ?", (queue_id, item_id))
