@@ -151,6 +151,8 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     if config.database_url:
         relay = EventRelay(config.database_url, events)
         relay.on_resync(processor.wake)
+        # A status change and its events commit together (transactional_events.py).
+        queue.transactional_events = relay
     return Services(
         db=db,
         events=events,

@@ -39,6 +39,7 @@ from invokeai.app.services.database_retry import DATABASE_ERRORS
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     BatchStatusCounts,
+    EventBase,
     EventBus,
     QueueClearedEvent,
     QueueItemsCanceledEvent,
@@ -72,6 +73,7 @@ from invokeai.app.services.queue_models import (
     new_id,
 )
 from invokeai.app.services.timestamps import now_iso
+from invokeai.app.services.transactional_events import FLUSH_WAIT_S, TransactionalEvents
 
 logger = logging.getLogger(__name__)
 
@@ -326,6 +328,9 @@ class SessionQueue:
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
+        # With other servers on the database: the event relay, which sends a status change's events in its own
+        # transaction (set by the container once the relay exists; None alone, on SQLite).
+        self.transactional_events: TransactionalEvents | None = None
         # item_id -> the token of this server's claim, for the items it runs now: added once a claim commits,
         # removed when the item is finished here or its worker lets it go (release). Only these leases are renewed,
         # so an item a worker dropped runs out of lease and is recovered by a sweep. A server cut off from the
@@ -351,17 +356,55 @@ class SessionQueue:
         return [_item(row, texts, graphs) for row in rows]
 
     def _publish_changes(self, rows: Sequence[Row]) -> None:
+        for event in self._status_events(rows):
+            self._events.publish(event)
+
+    def _status_events(self, rows: Sequence[Row]) -> list[EventBase]:
         # InvokeAI's event carries the batch's and the queue's counts after the change: one read per batch (a bulk
         # change of many items of one batch costs one read, not one per item), and none where nobody takes the
-        # event (checked after the commit: a client subscribing later re-reads the queue, as after any reconnect).
+        # event (a client subscribing later re-reads the queue, as after any reconnect).
         counts: dict[tuple[str, str], dict[str, Any]] = {}
+        events: list[EventBase] = []
         for row in rows:
             key = (str(row["queue_id"]), str(row["batch_id"]))
             if key not in counts:
                 if not self._events.is_wanted(QueueItemStatusChangedEvent.event_name, key[0]):
                     continue
                 counts[key] = self._counts_after_change(*key, row["origin"], row["destination"])
-            self._events.publish(_status_event(row, counts[key]))
+            events.append(_status_event(row, counts[key]))
+        return events
+
+    def _announced(
+        self, change: Callable[[Cursor], list[Row]], announce: Callable[[list[Row]], list[EventBase]]
+    ) -> list[Row]:
+        """Run a status change (`change`, in one transaction) and publish the events `announce` makes of its rows.
+
+        With other servers on the database (a relay), the events are sent in the change's own transaction: they
+        reach the other servers exactly when the change commits, even if this server is killed a moment later, and
+        never for a change that rolled back. The events published before (the node's own) go out first, so an
+        item's events keep their order. Alone (SQLite), they are published once the change has committed."""
+        relay = self.transactional_events
+        if relay is None:
+            with self._db.transaction() as cursor:
+                rows = change(cursor)
+            try:
+                events = announce(rows)
+            except DATABASE_ERRORS as error:
+                # Recorded already: a retry would find the change made. Clients re-read the queue on reconnecting.
+                logger.warning("A queue change was recorded, but its events could not be made: %s", error)
+                return rows
+            for event in events:
+                self._events.publish(event)
+            return rows
+        relay.flush(FLUSH_WAIT_S)
+        with self._db.transaction() as cursor:
+            rows = change(cursor)
+            events = announce(rows)  # the counts after the change, read in its transaction
+            if events:
+                relay.notify_in(cursor, events)
+        for event in events:
+            relay.publish_sent(event)
+        return rows
 
     def _counts_after_change(
         self, queue_id: str, batch_id: str, origin: str | None, destination: str | None
@@ -662,12 +705,10 @@ class SessionQueue:
                 "status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ?, lease_expires_at = NULL",
                 (reason, now, now),
             )
-        with self._db.transaction() as cursor:
-            rows = cursor.execute(
-                f"UPDATE session_queue SET {change[0]} WHERE status = 'in_progress' AND ({where}) RETURNING *",
-                (*change[1], *params),
-            ).fetchall()
-        self._publish_changes(rows)
+        statement = f"UPDATE session_queue SET {change[0]} WHERE status = 'in_progress' AND ({where}) RETURNING *"
+        rows = self._announced(
+            lambda cursor: cursor.execute(statement, (*change[1], *params)).fetchall(), self._status_events
+        )
         return len(rows)
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
@@ -677,19 +718,14 @@ class SessionQueue:
         assignments = ", ".join(f"{name} = ?" for name in columns)
         token = self._claims.get(item_id)
         mine, params = ("", ()) if token is None else (" AND claim_token = ?", (token,))
-        with self._db.transaction() as cursor:
-            rows = cursor.execute(
-                f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
-                f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *",
-                (status, *columns.values(), now, now, item_id, *params),
-            ).fetchall()
+        statement = (
+            f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
+            f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *"
+        )
+        values = (status, *columns.values(), now, now, item_id, *params)
+        rows = self._announced(lambda cursor: cursor.execute(statement, values).fetchall(), self._status_events)
         # Kept until the change is recorded: while a finish is retried (the database away) the lease is renewed.
         self.release(item_id)
-        try:
-            self._publish_changes(rows)
-        except DATABASE_ERRORS as error:
-            # Recorded already: a retry would find the item finished. Clients re-read the queue when they reconnect.
-            logger.warning("Queue item %d ended, but its event could not be sent: %s", item_id, error)
         return bool(rows)
 
     def complete(self, item_id: int, results: dict[str, dict[str, Any]]) -> bool:
@@ -707,32 +743,37 @@ class SessionQueue:
             results=json.dumps(results),
         )
 
-    def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[Row]:
+    def _cancel_where(
+        self, where: str, params: Sequence[Any], reason: str, announce: Callable[[list[Row]], list[EventBase]]
+    ) -> list[Row]:
         now = now_iso()
-        with self._db.transaction() as cursor:
-            return cursor.execute(
-                "UPDATE session_queue SET status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ? "
-                f"WHERE status IN ('pending', 'in_progress') AND ({where}) RETURNING *",
-                (reason, now, now, *params),
-            ).fetchall()
+        statement = (
+            "UPDATE session_queue SET status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ? "
+            f"WHERE status IN ('pending', 'in_progress') AND ({where}) RETURNING *"
+        )
+        return self._announced(
+            lambda cursor: cursor.execute(statement, (reason, now, now, *params)).fetchall(), announce
+        )
 
     def _cancel_many(self, where: str, params: Sequence[Any], reason: str) -> int:
         """Cancel every pending or running item that matches, announced by one queue_items_canceled per queue:
         one event per item would make a bulk cancel look, to every reader of the stream, like falling behind."""
-        rows = self._cancel_where(where, params, reason)
-        by_queue: dict[str, list[Row]] = {}
-        for row in rows:
-            by_queue.setdefault(row["queue_id"], []).append(row)
-        for queue_id, canceled in by_queue.items():
-            self._events.publish(
+
+        def announce(rows: list[Row]) -> list[EventBase]:
+            by_queue: dict[str, list[Row]] = {}
+            for row in rows:
+                by_queue.setdefault(row["queue_id"], []).append(row)
+            return [
                 QueueItemsCanceledEvent(
                     queue_id=queue_id,
                     item_ids=[row["item_id"] for row in canceled],
                     batch_ids=list(dict.fromkeys(row["batch_id"] for row in canceled)),
                     cancel_reason=reason,
                 )
-            )
-        return len(rows)
+                for queue_id, canceled in by_queue.items()
+            ]
+
+        return len(self._cancel_where(where, params, reason, announce))
 
     def cancel_running(self, item_id: int, reason: str, results: dict[str, dict[str, Any]]) -> bool:
         """For the processor: the running item stopped because it was canceled (or the server is stopping)."""
@@ -740,7 +781,7 @@ class SessionQueue:
 
     def cancel(self, queue_id: str, item_id: int, reason: str = CANCEL_REASON) -> SessionQueueItem:
         """Cancel a pending or running item; a finished one is returned unchanged."""
-        self._publish_changes(self._cancel_where("queue_id = ? AND item_id = ?", (queue_id, item_id), reason))
+        self._cancel_where("queue_id = ? AND item_id = ?", (queue_id, item_id), reason, self._status_events)
         return self.get(queue_id, item_id)
 
     def cancel_by_batch_ids(self, queue_id: str, batch_ids: Sequence[str], reason: str = CANCEL_REASON) -> int:
