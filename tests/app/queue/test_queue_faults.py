@@ -259,3 +259,56 @@ def test_a_run_resumed_past_its_lease_writes_nothing_and_sends_nothing(
         assert item.status == "in_progress" and other.complete(item_id, {})
     else:
         assert (item.status, item.cancel_reason) == ("canceled", LEASE_EXPIRED_REASON)
+
+
+def test_a_restart_of_the_database_under_load_ends_every_item_once_with_a_true_reason(
+    faulty_postgres: Any,
+    open_db: Callable[[], PostgresDatabase],
+    tmp_path: Path,
+    scripted_integer_node: list[str],
+) -> None:
+    # Two servers run short items (5 steps of 10 ms, each a cancel check) while PostgreSQL restarts (pg_ctl restart,
+    # every connection terminated). Every item ends once; none fails for the database; none stays in_progress.
+    servers = []
+    for name in ("a:1", "b:2"):
+        db = open_db()
+        events = EventBus()
+        recorder = EventRecorder()
+        events.add_listener(recorder)
+        queue = SessionQueue(db, events, 1000, lease_seconds=3.0, server=name)
+        processor = SessionProcessor(queue, ImageService(db, tmp_path / name, 1000), events, poll_seconds=0.05)
+        servers.append((queue, processor, LeaseKeeper(queue, period=0.5), recorder))
+    ids = servers[0][0].enqueue_batch("default", integer_batch(5, runs=40)).item_ids
+    for _, processor, keeper, _ in servers:
+        processor.start()
+        keeper.start()
+    try:
+        wait_until(lambda: len(servers[0][3].events) + len(servers[1][3].events) > 20, what="items to run")
+        ended_before = sum(r.names(i).count("invocation_complete") for _, _, _, r in servers for i in ids)
+        faulty_postgres.restart()
+        assert ended_before < len(ids) / 2  # the restart came while items ran
+        queue = servers[0][0]
+
+        def settled() -> bool:
+            counts = _read(lambda: queue.counts_by_status("default"))
+            return counts["pending"] == 0 and counts["in_progress"] == 0
+
+        wait_until(settled, timeout=30, what="every item to end")
+    finally:
+        for _, processor, keeper, _ in servers:
+            keeper.stop()
+            processor.stop()
+    items = {item.item_id: item for item in _read(lambda: queue.list_all("default"))}
+    assert sorted(items) == sorted(ids)
+    true_reasons = {None, DATABASE_UNREACHABLE_REASON, LEASE_EXPIRED_REASON}
+    assert {(item.status, item.cancel_reason in true_reasons) for item in items.values()} <= {
+        ("completed", True),
+        ("canceled", True),
+    }
+    ends = [
+        e.item_id
+        for _, _, _, recorder in servers
+        for e in recorder.events
+        if getattr(e, "status", None) in ("completed", "canceled", "failed")
+    ]
+    assert sorted(ends) == sorted(ids)  # each item's end announced once, by the server that ended it
