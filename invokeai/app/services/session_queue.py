@@ -693,6 +693,14 @@ class SessionQueue:
         return self._recover(f"lease_expires_at < {database_now(self._db.dialect)}", (), LEASE_EXPIRED_REASON)
 
     def _recover(self, where: str, params: Sequence[Any], reason: str) -> int:
+        # Looked for first (a read on the status index): the sweep and end_dropped run every lease keeper round and
+        # nearly always find nothing, and a change would first flush the relay's events (end_dropped holds the
+        # claim lock meanwhile).
+        found = self._db.execute(
+            f"SELECT 1 FROM session_queue WHERE status = 'in_progress' AND ({where}) LIMIT 1", params
+        )
+        if not found:
+            return 0
         now = now_iso()
         if self.requeue_interrupted:
             change = (
