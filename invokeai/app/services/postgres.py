@@ -26,8 +26,9 @@ logger = logging.getLogger(__name__)
 # Any fixed 64-bit number: the advisory lock every InvokeAI server takes before it migrates a database.
 _MIGRATION_LOCK = 0x496E766F6B6541
 CONNECT_TIMEOUT_S = 10
-# How long a statement waits for a pooled connection (all busy, or the database away) by default.
-POOL_WAIT_S = 10.0
+# How long a statement waits for a pooled connection (all busy, or the database away) by default: short, so that
+# during an outage an API request is answered 503 at once rather than after a long wait.
+POOL_WAIT_S = 3.0
 
 
 class DatabaseUnreachableError(RuntimeError):

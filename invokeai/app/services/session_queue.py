@@ -82,7 +82,7 @@ LEASE_EXPIRED_REASON = "its server stopped while it was running"
 DEFAULT_LEASE_SECONDS = 30
 SHUTDOWN_REASON = "the server was shutting down"
 CANCEL_REASON = "canceled by request"
-DATABASE_UNREACHABLE_REASON = "the database could not be reached to record its run"
+DATABASE_UNREACHABLE_REASON = "the database was unreachable, so its run could not be recorded"
 
 
 class NotOwnedError(CanceledError):
