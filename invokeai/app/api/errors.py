@@ -14,6 +14,7 @@ from fastapi.utils import is_body_allowed_for_status_code
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
+from invokeai.app.api.outage import install_outage_handler
 from invokeai.app.services.batch import InvalidBatchError
 from invokeai.app.services.boards import BoardNotFoundError, TooManyBoardsError
 from invokeai.app.services.client_state import ClientStateFullError, ClientStateValueTooLargeError
@@ -161,6 +162,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(UnsupportedSourceError, _unsupported_source)
     app.add_exception_handler(ProbedFieldMismatchError, _probed_field_mismatch)
     app.add_exception_handler(InstallJobsFullError, _queue_full)
+    install_outage_handler(app)
 
 
 # What the request body's own parsing can answer, for every operation that takes a body; the routes declare the
@@ -177,14 +179,16 @@ _BODY_ERRORS: dict[str, dict[str, str]] = {
 }
 _TOO_LARGE = "The body is larger than max_upload_mb plus 1 MB (refused while it arrives)."
 _NOT_AN_OPERATION = (
-    "Besides the statuses each operation lists: 404 for a path that is not here, and 405 for a method a path does "
-    "not have (its `Allow` header names the methods listed here for that path)."
+    "Besides the statuses each operation lists: 404 for a path that is not here, 405 for a method a path does "
+    "not have (its `Allow` header names the methods listed here for that path), and 503 with `Retry-After` from "
+    "an operation that needs the database while it cannot be reached."
 )
 
 
 def add_body_errors(document: dict[str, Any]) -> None:
     """List, on every operation with a body, the 400 and 413 that reading it can answer, and say in the
-    description what no operation answers (404 and 405 for paths and methods that are not here)."""
+    description what no operation answers (404 and 405 for paths and methods that are not here, 503 in an
+    outage)."""
     document["info"]["description"] = _NOT_AN_OPERATION
     for operations in document["paths"].values():
         for operation in operations.values():

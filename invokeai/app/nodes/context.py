@@ -39,7 +39,10 @@ class InvocationContext:
         is_canceled: Callable[[], bool],
         models: ModelManager | None = None,
         tensors: TensorStore | None = None,
+        fence: Callable[[Any], None] | None = None,
     ) -> None:
+        """fence: checks, inside the transaction of an image's record, that the queue item is still this run's
+        (the queue's Fence); None outside a queue run."""
         self.queue_id = queue_id
         self.item_id = item_id
         self.session_id = session_id
@@ -53,6 +56,7 @@ class InvocationContext:
         self._is_canceled = is_canceled
         self._models = models
         self._tensors = tensors
+        self._fence = fence
 
     @property
     def models(self) -> ModelManager:
@@ -95,6 +99,7 @@ class InvocationContext:
             graph=self.graph,
             is_intermediate=self.is_intermediate,
             board_id=board_id,
+            fence=self._fence,
         )
         return ImageField(image_name=record.image_name)
 

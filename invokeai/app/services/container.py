@@ -14,6 +14,7 @@ from invokeai.app.services.client_state import ClientStateService
 from invokeai.app.services.database import Database, open_database
 from invokeai.app.services.event_relay import EventRelay
 from invokeai.app.services.events import EventBus
+from invokeai.app.services.image_orphans import remove_unrecorded_images
 from invokeai.app.services.images import TEMPORARY_PREFIX, THUMBNAILS_DIR, ImageService
 from invokeai.app.services.invocation_cache import InvocationCache, models_version_of
 from invokeai.app.services.model_install import ModelInstallService
@@ -74,6 +75,7 @@ class Services:
             )
         self.installer.remove_stale_staging()
         remove_leftover_temporaries(self.images.outputs_dir)
+        remove_unrecorded_images(self.db, self.images.outputs_dir)
         if demo_models:
             from invokeai.app.services.demo_models import install_demo_models
 
@@ -149,6 +151,8 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
     if config.database_url:
         relay = EventRelay(config.database_url, events)
         relay.on_resync(processor.wake)
+        # A status change and its events commit together (transactional_events.py).
+        queue.transactional_events = relay
     return Services(
         db=db,
         events=events,

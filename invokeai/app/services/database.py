@@ -83,6 +83,12 @@ def skip_locked(dialect: Dialect) -> str:
     return "FOR UPDATE SKIP LOCKED" if dialect == "postgresql" else ""
 
 
+def for_share(dialect: Dialect) -> str:
+    """Appended to a SELECT inside a transaction: on PostgreSQL the rows read cannot change (an UPDATE waits) until
+    it ends. SQLite's single writer needs nothing."""
+    return "FOR SHARE" if dialect == "postgresql" else ""
+
+
 def advisory_lock(dialect: Dialect) -> str | None:
     """A statement with one `?` (a 64-bit key) that, inside a transaction, waits for and holds until its end a lock
     every server on the database shares; None on SQLite, whose BEGIN IMMEDIATE already admits one writer at a

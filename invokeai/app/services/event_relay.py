@@ -10,6 +10,9 @@ image stays on the host that runs the item (its progress event goes out without 
 Order: one sender thread sends the events in the order they were published, and PostgreSQL delivers notifications
 in commit order, so the events of one item arrive in order. `seq` counts each relay's events: the listener drops a
 repeat (a batch sent again after a commit whose outcome was lost) and warns of a gap.
+
+A queue status change sends its events in its own transaction instead (notify_in: `seq` null, as such a
+notification is committed exactly once, with the change), after flushing what was published before it.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from invokeai.app.services.advisory_lock import lock_key
+from invokeai.app.services.database import Cursor
 from invokeai.app.services.events import EVENT_TYPES, EventBase, EventBus, InvocationProgressEvent
 from invokeai.app.services.owned_temporaries import host_name
 
@@ -110,6 +114,11 @@ class EventRelay:
         self._outbox: queue.Queue[_Outgoing | None] = queue.Queue()
         self._seq = 0
         self._seq_lock = threading.Lock()
+        # The highest seq committed by the sender, and what wakes a flush waiting for it; `_hurry` cuts the
+        # sender's wait for more events short when a flush wants them out now.
+        self._sent = 0
+        self._sent_changed = threading.Condition()
+        self._hurry = threading.Event()
         self._republishing = threading.local()
         self._stop = threading.Event()
         self._started = False
@@ -192,7 +201,8 @@ class EventRelay:
         first = self._outbox.get()
         if first is None:
             return [], True
-        self._stop.wait(_LINGER_S)
+        self._hurry.wait(_LINGER_S)
+        self._hurry.clear()
         batch = [first]
         while len(batch) < _BATCH:
             try:
@@ -222,6 +232,7 @@ class EventRelay:
                     conn = self._connect("sender")
                     self.sender_pid = conn.info.backend_pid
                 self._send(conn, batch)
+                self._mark_sent(batch)
                 if failures:
                     logger.warning("The event relay sends events again (after %d failed tries)", failures)
                 batch, failures = [], 0
@@ -258,6 +269,49 @@ class EventRelay:
                 logger.error(
                     "The event relay could not send a %s event (%s); the other servers miss it", item.name, error
                 )
+        self._mark_sent(batch)
+
+    def _mark_sent(self, batch: list[_Outgoing]) -> None:
+        if batch:
+            with self._sent_changed:
+                self._sent = max(self._sent, batch[-1].seq)
+                self._sent_changed.notify_all()
+
+    # A queue status change's events, in its own transaction.
+
+    def flush(self, timeout: float) -> bool:
+        """Send every event published so far now (no waiting for more), and wait until they are committed; False
+        if that took longer than `timeout` seconds (the database away: the caller's own change fails too)."""
+        if not self._started:
+            return True
+        with self._seq_lock:
+            target = self._seq
+        with self._sent_changed:
+            if self._sent >= target:
+                return True
+            self._hurry.set()
+            return self._sent_changed.wait_for(lambda: self._sent >= target, timeout)
+
+    def notify_in(self, cursor: Cursor, events: Sequence[EventBase]) -> None:
+        """Send `events` in the transaction of `cursor` (on this relay's database): the other servers get them
+        when it commits, and never if it rolls back. No `seq`: a transaction commits once, so nothing to dedupe."""
+        for event in events:
+            data = relayed_form(event).model_dump_json()
+            envelope = f'{{"o":{json.dumps(self.origin)},"s":null,"n":{json.dumps(event.event_name)},"e":{data}}}'
+            if len(envelope.encode()) < MAX_NOTIFY_BYTES:
+                cursor.execute("SELECT pg_notify(?, ?)", (CHANNEL, envelope))
+                continue
+            stored = cursor.execute(f"INSERT INTO {PAYLOAD_TABLE} (payload) VALUES (?) RETURNING id", (data,))
+            reference = {"o": self.origin, "s": None, "n": event.event_name, "r": stored.fetchone()[0]}
+            cursor.execute("SELECT pg_notify(?, ?)", (CHANNEL, json.dumps(reference)))
+
+    def publish_sent(self, event: EventBase) -> None:
+        """Publish on this server's bus an event that notify_in has sent: the relay does not send it again."""
+        self._republishing.active = True
+        try:
+            self._events.publish(event)
+        finally:
+            self._republishing.active = False
 
     def _shed_excess(self) -> None:
         excess = self._outbox.qsize() - MAX_PENDING
@@ -332,18 +386,21 @@ class EventRelay:
     def _receive(self, conn: psycopg.Connection[Any], payload: str) -> None:
         try:
             envelope = json.loads(payload)
-            origin, seq, name = str(envelope["o"]), int(envelope["s"]), str(envelope["n"])
+            origin, name = str(envelope["o"]), str(envelope["n"])
+            # None: sent in a queue change's own transaction (notify_in), committed once: nothing to dedupe.
+            seq = None if envelope["s"] is None else int(envelope["s"])
         except (ValueError, KeyError, TypeError):
             logger.warning("The event relay ignored a notification it cannot read: %.200s", payload)
             return
         if origin == self.origin:
             return  # its own, echoed back by PostgreSQL
         last = self._last_seen.get(origin)
-        if last is not None and seq <= last:
+        if seq is not None and last is not None and seq <= last:
             return  # sent again by a sender that could not tell whether its commit went through
-        if last is not None and seq > last + 1:
+        if seq is not None and last is not None and seq > last + 1:
             logger.warning("The event relay missed %d events from %s", seq - last - 1, origin)
-        self._last_seen[origin] = seq
+        if seq is not None:
+            self._last_seen[origin] = seq
         event_type = _EVENT_TYPES_BY_NAME.get(name)
         if event_type is None:
             logger.warning("The event relay ignored an event it does not know, %r, from %s", name, origin)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 from pydantic import BaseModel, Field, StrictBool, computed_field
 
-from invokeai.app.services.database import Database, Row
+from invokeai.app.services.database import Cursor, Database, Row
 from invokeai.app.services.owned_temporaries import temporary_name
 from invokeai.app.services.timestamps import now_iso
 
@@ -302,10 +302,12 @@ class ImageService:
         image_category: ImageCategory = "general",
         is_intermediate: bool = False,
         board_id: str | None = None,
+        fence: Callable[[Cursor], None] | None = None,
     ) -> ImageRecord:
         """Store `image` as a new PNG and record it (on board `board_id`, which must exist, when given). Each of
         `metadata` (the generation's settings, JSON), `workflow` (a client's workflow, JSON text kept as sent) and
-        `graph` goes in the PNG text chunk InvokeAI names for it, and in the record."""
+        `graph` goes in the PNG text chunk InvokeAI names for it, and in the record. `fence` (a queue item's run)
+        is called first in the record's transaction: when it raises, nothing is recorded and the file is removed."""
         if origin not in ("generated", "uploaded"):
             raise ValueError(f"origin must be 'generated' or 'uploaded', not {origin!r}")
         metadata_json = json.dumps(metadata, default=str) if metadata is not None else None
@@ -321,6 +323,7 @@ class ImageService:
             image_category=image_category,
             is_intermediate=is_intermediate,
             board_id=board_id,
+            fence=fence,
         )
 
     def _store(
@@ -336,6 +339,7 @@ class ImageService:
         image_category: ImageCategory,
         is_intermediate: bool,
         board_id: str | None,
+        fence: Callable[[Cursor], None] | None = None,
     ) -> ImageRecord:
         image = _png_ready(image)
         name = f"{uuid.uuid4().hex}.png"
@@ -362,6 +366,8 @@ class ImageService:
         )
         try:
             with self._db.transaction() as cursor:
+                if fence is not None:
+                    fence(cursor)
                 cursor.execute(
                     f"INSERT INTO images ({_STORED_COLUMNS}, metadata, workflow, graph) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 # Any fixed 64-bit number: the advisory lock every InvokeAI server takes before it migrates a database.
 _MIGRATION_LOCK = 0x496E766F6B6541
 CONNECT_TIMEOUT_S = 10
+# How long a statement waits for a pooled connection (all busy, or the database away) by default: short, so that
+# during an outage an API request is answered 503 at once rather than after a long wait.
+POOL_WAIT_S = 3.0
 
 
 class DatabaseUnreachableError(RuntimeError):
@@ -211,10 +214,10 @@ class PostgresDatabase:
         pool_size: int,
         migrations: Sequence[Migration] | None = None,
         *,
-        wait_s: float = CONNECT_TIMEOUT_S,
+        wait_s: float | None = None,
     ) -> None:
         """wait_s: how long a statement waits for a pooled connection (all busy, or the database away) before it
-        fails with PoolTimeout (a psycopg.OperationalError, as a lost connection is)."""
+        fails with PoolTimeout (a psycopg.OperationalError, as a lost connection is); POOL_WAIT_S by default."""
         self.url = url
         self.where = describe_url(url)
         check_reachable(url)
@@ -226,7 +229,7 @@ class PostgresDatabase:
             kwargs={"autocommit": True, "row_factory": _row_factory, "connect_timeout": CONNECT_TIMEOUT_S},
             open=False,
             name="invokeai",
-            timeout=wait_s,
+            timeout=POOL_WAIT_S if wait_s is None else wait_s,
             # Each connection is checked (one round trip) before it is handed out: after a restart of the database
             # the pool's idle connections are dead, and without the check the next few statements failed on them
             # (2-3 lease renewals in a row: a whole short lease, and live servers' items swept).

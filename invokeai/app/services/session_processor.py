@@ -315,9 +315,10 @@ class SessionProcessor:
             graph = validate_graph(item.session.graph)
             if self._cache is not None:
                 self._cache.check_models()
+            if graph.order and self._is_canceled(item.item_id):
+                raise CanceledError(f"canceled before node {graph.order[0]!r}")
             for node_id in graph.order:
-                if self._is_canceled(item.item_id):
-                    raise CanceledError(f"canceled before node {node_id!r}")
+                # Each node ends with a cancel check (before its invocation_complete), which is also the next one's.
                 outputs[node_id] = self._run_node(worker, item, graph, graph_json, workflow, node_id, outputs)
                 results[node_id] = outputs[node_id].model_dump(mode="json")
         except DatabaseLostError:
@@ -392,6 +393,7 @@ class SessionProcessor:
                 is_canceled=lambda: self._is_canceled(item.item_id),
                 models=worker.models,
                 tensors=self._tensors,
+                fence=self._queue.fence(item.item_id),
             )
             self._events.publish(InvocationStartedEvent(**ids))
             # As InvokeAI's: a node with use_cache takes the output that a node of its type with the same inputs
@@ -410,6 +412,10 @@ class SessionProcessor:
             if not caused_by_database(error) and not self._is_canceled(item.item_id):
                 self._events.publish(InvocationErrorEvent(**ids, **_error_fields(error)))
             raise
+        # The run may have lost its item while the node ran (canceled, or recovered from a server cut off past its
+        # lease): then it says nothing more, no invocation_complete after the item's canceled.
+        if self._is_canceled(item.item_id):
+            raise CanceledError(f"canceled while running node {node_id!r} ({node_type})")
         self._events.publish(InvocationCompleteEvent(**ids, result=output))
         return output
 

@@ -14,13 +14,15 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from invokeai.app.nodes.context import CanceledError
 from invokeai.app.nodes.graph import Graph, execution_order
 from invokeai.app.services.batch import expand_batch, item_count
 from invokeai.app.services.database import (
@@ -30,12 +32,14 @@ from invokeai.app.services.database import (
     advisory_lock,
     database_now,
     database_time_in,
+    for_share,
     skip_locked,
 )
 from invokeai.app.services.database_retry import DATABASE_ERRORS
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     BatchStatusCounts,
+    EventBase,
     EventBus,
     QueueClearedEvent,
     QueueItemsCanceledEvent,
@@ -69,6 +73,7 @@ from invokeai.app.services.queue_models import (
     new_id,
 )
 from invokeai.app.services.timestamps import now_iso
+from invokeai.app.services.transactional_events import FLUSH_WAIT_S, TransactionalEvents
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +82,17 @@ LEASE_EXPIRED_REASON = "its server stopped while it was running"
 DEFAULT_LEASE_SECONDS = 30
 SHUTDOWN_REASON = "the server was shutting down"
 CANCEL_REASON = "canceled by request"
-DATABASE_UNREACHABLE_REASON = "the database could not be reached to record its run"
+DATABASE_UNREACHABLE_REASON = "the database was unreachable, so its run could not be recorded"
+
+
+class NotOwnedError(CanceledError):
+    """A write of a run that is no longer its claim's (canceled, recovered from a server cut off past its lease, or
+    claimed again since): refused, and the run stops as for a cancel."""
+
+
+# Called inside the transaction of a write a run makes (an image record): raises NotOwnedError unless the run still
+# holds its item, and on PostgreSQL keeps the item's row from changing until that transaction ends.
+Fence = Callable[[Cursor], None]
 
 
 class QueueFullError(Exception):
@@ -313,7 +328,10 @@ class SessionQueue:
         self.lease_seconds = lease_seconds
         self.requeue_interrupted = requeue_interrupted
         self.server = server or this_server()
-        # item_id -> the worker that claimed it, for the items this server runs now: added once a claim commits,
+        # With other servers on the database: the event relay, which sends a status change's events in its own
+        # transaction (set by the container once the relay exists; None alone, on SQLite).
+        self.transactional_events: TransactionalEvents | None = None
+        # item_id -> the token of this server's claim, for the items it runs now: added once a claim commits,
         # removed when the item is finished here or its worker lets it go (release). Only these leases are renewed,
         # so an item a worker dropped runs out of lease and is recovered by a sweep. A server cut off from the
         # database for longer than the lease may find its item recovered and claimed by another: it must then
@@ -338,17 +356,55 @@ class SessionQueue:
         return [_item(row, texts, graphs) for row in rows]
 
     def _publish_changes(self, rows: Sequence[Row]) -> None:
+        for event in self._status_events(rows):
+            self._events.publish(event)
+
+    def _status_events(self, rows: Sequence[Row]) -> list[EventBase]:
         # InvokeAI's event carries the batch's and the queue's counts after the change: one read per batch (a bulk
         # change of many items of one batch costs one read, not one per item), and none where nobody takes the
-        # event (checked after the commit: a client subscribing later re-reads the queue, as after any reconnect).
+        # event (a client subscribing later re-reads the queue, as after any reconnect).
         counts: dict[tuple[str, str], dict[str, Any]] = {}
+        events: list[EventBase] = []
         for row in rows:
             key = (str(row["queue_id"]), str(row["batch_id"]))
             if key not in counts:
                 if not self._events.is_wanted(QueueItemStatusChangedEvent.event_name, key[0]):
                     continue
                 counts[key] = self._counts_after_change(*key, row["origin"], row["destination"])
-            self._events.publish(_status_event(row, counts[key]))
+            events.append(_status_event(row, counts[key]))
+        return events
+
+    def _announced(
+        self, change: Callable[[Cursor], list[Row]], announce: Callable[[list[Row]], list[EventBase]]
+    ) -> list[Row]:
+        """Run a status change (`change`, in one transaction) and publish the events `announce` makes of its rows.
+
+        With other servers on the database (a relay), the events are sent in the change's own transaction: they
+        reach the other servers exactly when the change commits, even if this server is killed a moment later, and
+        never for a change that rolled back. The events published before (the node's own) go out first, so an
+        item's events keep their order. Alone (SQLite), they are published once the change has committed."""
+        relay = self.transactional_events
+        if relay is None:
+            with self._db.transaction() as cursor:
+                rows = change(cursor)
+            try:
+                events = announce(rows)
+            except DATABASE_ERRORS as error:
+                # Recorded already: a retry would find the change made. Clients re-read the queue on reconnecting.
+                logger.warning("A queue change was recorded, but its events could not be made: %s", error)
+                return rows
+            for event in events:
+                self._events.publish(event)
+            return rows
+        relay.flush(FLUSH_WAIT_S)
+        with self._db.transaction() as cursor:
+            rows = change(cursor)
+            events = announce(rows)  # the counts after the change, read in its transaction
+            if events:
+                relay.notify_in(cursor, events)
+        for event in events:
+            relay.publish_sent(event)
+        return rows
 
     def _counts_after_change(
         self, queue_id: str, batch_id: str, origin: str | None, destination: str | None
@@ -547,7 +603,7 @@ class SessionQueue:
             # Only now, after the commit: a claim whose commit failed is not this server's to renew (if it did
             # commit unseen, end_dropped ends it).
             for row in rows:
-                self._claims[int(row["item_id"])] = str(row["worker"])
+                self._claims[int(row["item_id"])] = str(row["claim_token"])
         self._publish_changes(rows)
         return self._items(rows)[0] if rows else None
 
@@ -583,13 +639,13 @@ class SessionQueue:
         now, holder = now_iso(), f"{self.server}/{worker}"
         return cursor.execute(
             "UPDATE session_queue SET status = 'in_progress', started_at = ?, updated_at = ?, worker = ?, "
-            f"lease_expires_at = {database_time_in(self._db.dialect)} WHERE item_id = ? AND status = 'pending' "
-            "RETURNING *",
-            (now, now, holder, self.lease_seconds, item_id),
+            f"claim_token = ?, lease_expires_at = {database_time_in(self._db.dialect)} "
+            "WHERE item_id = ? AND status = 'pending' RETURNING *",
+            (now, now, holder, uuid.uuid4().hex, self.lease_seconds, item_id),
         ).fetchall()
 
     def running_here(self) -> dict[int, str]:
-        """The items this server's workers run now (item_id -> the claiming worker), as this server knows it."""
+        """The items this server's workers run now (item_id -> its claim's token), as this server knows it."""
         return dict(self._claims)  # a copy: workers claim and release meanwhile
 
     def release(self, item_id: int) -> None:
@@ -599,7 +655,7 @@ class SessionQueue:
 
     def renew_leases(self, item_ids: Sequence[int] | None = None) -> int:
         """Extend the leases of the items this server runs now (all of them, or those among `item_ids`), each only
-        while it is still in_progress for the worker that claimed it here; one statement. Never the other
+        while it is still in_progress under the claim made here (its token); one statement. Never the other
         in_progress rows of this server's `host:pid`: one its worker dropped must run out of lease. Returns how many
         were renewed."""
         claims = self.running_here()
@@ -607,7 +663,7 @@ class SessionQueue:
         mine = [(item_id, claims[item_id]) for item_id in wanted if item_id in claims]
         if not mine:
             return 0
-        which = " OR ".join("(item_id = ? AND worker = ?)" for _ in mine)
+        which = " OR ".join("(item_id = ? AND claim_token = ?)" for _ in mine)
         with self._db.transaction() as cursor:
             return cursor.execute(
                 f"UPDATE session_queue SET lease_expires_at = {database_time_in(self._db.dialect)} "
@@ -637,10 +693,19 @@ class SessionQueue:
         return self._recover(f"lease_expires_at < {database_now(self._db.dialect)}", (), LEASE_EXPIRED_REASON)
 
     def _recover(self, where: str, params: Sequence[Any], reason: str) -> int:
+        # Looked for first (a read on the status index): the sweep and end_dropped run every lease keeper round and
+        # nearly always find nothing, and a change would first flush the relay's events (end_dropped holds the
+        # claim lock meanwhile).
+        found = self._db.execute(
+            f"SELECT 1 FROM session_queue WHERE status = 'in_progress' AND ({where}) LIMIT 1", params
+        )
+        if not found:
+            return 0
         now = now_iso()
         if self.requeue_interrupted:
             change = (
-                "status = 'pending', worker = NULL, lease_expires_at = NULL, started_at = NULL, updated_at = ?",
+                "status = 'pending', worker = NULL, claim_token = NULL, lease_expires_at = NULL, started_at = NULL, "
+                "updated_at = ?",
                 (now,),
             )
         else:
@@ -648,12 +713,10 @@ class SessionQueue:
                 "status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ?, lease_expires_at = NULL",
                 (reason, now, now),
             )
-        with self._db.transaction() as cursor:
-            rows = cursor.execute(
-                f"UPDATE session_queue SET {change[0]} WHERE status = 'in_progress' AND ({where}) RETURNING *",
-                (*change[1], *params),
-            ).fetchall()
-        self._publish_changes(rows)
+        statement = f"UPDATE session_queue SET {change[0]} WHERE status = 'in_progress' AND ({where}) RETURNING *"
+        rows = self._announced(
+            lambda cursor: cursor.execute(statement, (*change[1], *params)).fetchall(), self._status_events
+        )
         return len(rows)
 
     def _finish(self, item_id: int, status: QueueItemStatus, **columns: Any) -> bool:
@@ -661,21 +724,16 @@ class SessionQueue:
         recovered from this server and claimed again elsewhere)."""
         now = now_iso()
         assignments = ", ".join(f"{name} = ?" for name in columns)
-        holder = self._claims.get(item_id)
-        mine, params = ("", ()) if holder is None else (" AND worker = ?", (holder,))
-        with self._db.transaction() as cursor:
-            rows = cursor.execute(
-                f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
-                f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *",
-                (status, *columns.values(), now, now, item_id, *params),
-            ).fetchall()
+        token = self._claims.get(item_id)
+        mine, params = ("", ()) if token is None else (" AND claim_token = ?", (token,))
+        statement = (
+            f"UPDATE session_queue SET status = ?, {assignments}, completed_at = ?, updated_at = ? "
+            f"WHERE item_id = ? AND status = 'in_progress'{mine} RETURNING *"
+        )
+        values = (status, *columns.values(), now, now, item_id, *params)
+        rows = self._announced(lambda cursor: cursor.execute(statement, values).fetchall(), self._status_events)
         # Kept until the change is recorded: while a finish is retried (the database away) the lease is renewed.
         self.release(item_id)
-        try:
-            self._publish_changes(rows)
-        except DATABASE_ERRORS as error:
-            # Recorded already: a retry would find the item finished. Clients re-read the queue when they reconnect.
-            logger.warning("Queue item %d ended, but its event could not be sent: %s", item_id, error)
         return bool(rows)
 
     def complete(self, item_id: int, results: dict[str, dict[str, Any]]) -> bool:
@@ -693,32 +751,37 @@ class SessionQueue:
             results=json.dumps(results),
         )
 
-    def _cancel_where(self, where: str, params: Sequence[Any], reason: str) -> list[Row]:
+    def _cancel_where(
+        self, where: str, params: Sequence[Any], reason: str, announce: Callable[[list[Row]], list[EventBase]]
+    ) -> list[Row]:
         now = now_iso()
-        with self._db.transaction() as cursor:
-            return cursor.execute(
-                "UPDATE session_queue SET status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ? "
-                f"WHERE status IN ('pending', 'in_progress') AND ({where}) RETURNING *",
-                (reason, now, now, *params),
-            ).fetchall()
+        statement = (
+            "UPDATE session_queue SET status = 'canceled', cancel_reason = ?, completed_at = ?, updated_at = ? "
+            f"WHERE status IN ('pending', 'in_progress') AND ({where}) RETURNING *"
+        )
+        return self._announced(
+            lambda cursor: cursor.execute(statement, (reason, now, now, *params)).fetchall(), announce
+        )
 
     def _cancel_many(self, where: str, params: Sequence[Any], reason: str) -> int:
         """Cancel every pending or running item that matches, announced by one queue_items_canceled per queue:
         one event per item would make a bulk cancel look, to every reader of the stream, like falling behind."""
-        rows = self._cancel_where(where, params, reason)
-        by_queue: dict[str, list[Row]] = {}
-        for row in rows:
-            by_queue.setdefault(row["queue_id"], []).append(row)
-        for queue_id, canceled in by_queue.items():
-            self._events.publish(
+
+        def announce(rows: list[Row]) -> list[EventBase]:
+            by_queue: dict[str, list[Row]] = {}
+            for row in rows:
+                by_queue.setdefault(row["queue_id"], []).append(row)
+            return [
                 QueueItemsCanceledEvent(
                     queue_id=queue_id,
                     item_ids=[row["item_id"] for row in canceled],
                     batch_ids=list(dict.fromkeys(row["batch_id"] for row in canceled)),
                     cancel_reason=reason,
                 )
-            )
-        return len(rows)
+                for queue_id, canceled in by_queue.items()
+            ]
+
+        return len(self._cancel_where(where, params, reason, announce))
 
     def cancel_running(self, item_id: int, reason: str, results: dict[str, dict[str, Any]]) -> bool:
         """For the processor: the running item stopped because it was canceled (or the server is stopping)."""
@@ -726,7 +789,7 @@ class SessionQueue:
 
     def cancel(self, queue_id: str, item_id: int, reason: str = CANCEL_REASON) -> SessionQueueItem:
         """Cancel a pending or running item; a finished one is returned unchanged."""
-        self._publish_changes(self._cancel_where("queue_id = ? AND item_id = ?", (queue_id, item_id), reason))
+        self._cancel_where("queue_id = ? AND item_id = ?", (queue_id, item_id), reason, self._status_events)
         return self.get(queue_id, item_id)
 
     def cancel_by_batch_ids(self, queue_id: str, batch_ids: Sequence[str], reason: str = CANCEL_REASON) -> int:
@@ -771,9 +834,22 @@ class SessionQueue:
     def is_running(self, item_id: int) -> bool:
         """False once the item was canceled or deleted, or claimed by another worker since this server claimed it:
         the processor's cancel check."""
-        rows = self._db.execute("SELECT status, worker FROM session_queue WHERE item_id = ?", (item_id,))
-        holder = self._claims.get(item_id)
-        return bool(rows) and rows[0]["status"] == "in_progress" and holder in (None, rows[0]["worker"])
+        rows = self._db.execute("SELECT status, claim_token FROM session_queue WHERE item_id = ?", (item_id,))
+        token = self._claims.get(item_id)
+        return bool(rows) and rows[0]["status"] == "in_progress" and token in (None, rows[0]["claim_token"])
+
+    def fence(self, item_id: int) -> Fence:
+        """The check a write of this item's run makes in its own transaction (see Fence). Taken while the run holds
+        its claim: the token is this claim's, whatever happens to the item later."""
+        token = self._claims.get(item_id)
+        read = f"SELECT status, claim_token FROM session_queue WHERE item_id = ? {for_share(self._db.dialect)}"
+
+        def check(cursor: Cursor) -> None:
+            row = cursor.execute(read, (item_id,)).fetchone()
+            if row is None or row[0] != "in_progress" or (token is not None and row[1] != token):
+                raise NotOwnedError(f"queue item {item_id} is no longer this run's: its write is refused")
+
+        return check
 
     def get(self, queue_id: str, item_id: int) -> SessionQueueItem:
         rows = self._db.execute(f"{_SELECT_ITEMS} WHERE q.queue_id = ? AND q.item_id = ?", (queue_id, item_id))

@@ -69,3 +69,31 @@ def test_an_enqueue_on_one_server_starts_at_once_on_another_whose_events_reach_t
         assert statuses() == ["in_progress", "completed"]  # each once (A's own enqueue publishes no status)
     # From the enqueue on A to the start on B, as A's subscribers see it: well under the poll.
     assert statistics.median(delays) < 1.0, delays
+
+
+@pytest.mark.parametrize("sender", ["working", "dead right after the commit"])
+def test_an_items_end_reaches_the_other_server_once_and_after_its_node_events(
+    start_server: Callable[[str, bool], Services], sender: str
+) -> None:
+    # The status change and its event commit together: a server killed a moment after an item's completion (its
+    # relay's sender, which sends 50 ms later, never runs again) cannot keep the other servers from seeing it.
+    a = start_server("a", False)
+    b = start_server("b", True)
+    assert b.relay is not None
+    if sender != "working":
+        b.relay._send = lambda conn, batch: None  # type: ignore[method-assign]
+    seen_on_a = EventRecorder()
+    a.events.add_listener(seen_on_a)
+    [item_id] = a.queue.enqueue_batch("default", integer_batch()).item_ids
+    assert seen_on_a.wait_status(item_id, "completed") == "completed"
+    time.sleep(0.3)  # time for a repeat to show
+    changes = [e for e in seen_on_a.of_item(item_id) if isinstance(e, QueueItemStatusChangedEvent)]
+    assert [e.status for e in changes if e.status == "completed"] == ["completed"]
+    if sender == "working":
+        names = [name for name in seen_on_a.names(item_id) if name != "invocation_progress"]
+        assert names == [
+            "queue_item_status_changed",
+            "invocation_started",
+            "invocation_complete",
+            "queue_item_status_changed",
+        ]

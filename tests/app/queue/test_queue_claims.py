@@ -175,9 +175,9 @@ def test_only_the_items_a_worker_runs_now_are_renewed_and_a_dropped_one_is_recov
     queue.enqueue_batch("default", integer_batch(runs=2))
     running, dropped = queue.dequeue(worker="w0"), queue.dequeue(worker="w1")
     assert running is not None and dropped is not None
-    assert queue.running_here() == {running.item_id: running.worker, dropped.item_id: dropped.worker}
+    assert set(queue.running_here()) == {running.item_id, dropped.item_id}
     queue.release(dropped.item_id)
-    assert queue.running_here() == {running.item_id: running.worker}
+    assert set(queue.running_here()) == {running.item_id}
     deadline = time.monotonic() + 0.7
     while time.monotonic() < deadline:  # past the lease: only renewals keep an item
         assert queue.renew_leases() == 1

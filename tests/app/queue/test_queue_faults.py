@@ -1,7 +1,10 @@
-"""The queue on PostgreSQL when its database goes away, on a server of the tests' own that they stop and start
-(tests/postgres_support.FaultyPostgres): an item running through an outage ends once with a true reason and never
-stays in_progress, a database error is never the node's own, and a server back from an outage leaves the other
-servers' items alone for a lease. Leases are 1 s here, so each test takes seconds."""
+"""The queue when its database goes away, or one of its servers stops past its lease.
+
+On PostgreSQL, a server of the tests' own is stopped and started (tests/postgres_support.FaultyPostgres): an item
+running through an outage ends once with a true reason and never stays in_progress, a database error is never the
+node's own, and a server back from an outage leaves the other servers' items alone for a lease. A run resumed after
+its item was recovered writes nothing (its claim's token fences it). Leases are short here, so each test takes
+seconds."""
 
 from __future__ import annotations
 
@@ -13,17 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_support import ENGINES
+from PIL import Image
 from queue_support import EventRecorder, integer_batch, wait_until
 
 from invokeai.app.nodes.context import InvocationContext
 from invokeai.app.nodes.primitives import IntegerInvocation, IntegerOutput
+from invokeai.app.services.database import Database
 from invokeai.app.services.database_retry import DATABASE_ERRORS
 from invokeai.app.services.events import EventBus
 from invokeai.app.services.images import ImageService
 from invokeai.app.services.postgres import PostgresDatabase
 from invokeai.app.services.queue_leases import LeaseKeeper
 from invokeai.app.services.session_processor import SessionProcessor
-from invokeai.app.services.session_queue import DATABASE_UNREACHABLE_REASON, SessionQueue
+from invokeai.app.services.session_queue import DATABASE_UNREACHABLE_REASON, LEASE_EXPIRED_REASON, SessionQueue
 
 LEASE_S = 1.0
 
@@ -201,3 +207,108 @@ def test_a_worker_that_cannot_claim_logs_once_per_outage_and_claims_again(
     again = [r for r in caplog.records if "claims queue items again" in r.getMessage()]
     assert (len(lost), len(again)) == (1, 1)
     assert not [r for r in caplog.records if r.exc_info]  # no traceback per try
+
+
+@pytest.mark.parametrize("saves", [True, False], ids=["saving an image", "returning"])
+@pytest.mark.parametrize("requeue", [False, True], ids=["canceled", "requeued and claimed again"])
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_a_run_resumed_past_its_lease_writes_nothing_and_sends_nothing(
+    db: Database, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, requeue: bool, saves: bool
+) -> None:
+    # A server stops (SIGSTOP, a long GC pause, a VM migration) in its node, just before saving the image, for
+    # longer than its lease. Another server recovers the item (and, with requeue_interrupted, a worker of the same
+    # name claims it again: only the claim's token tells the runs apart). When the first resumes, its image is not
+    # recorded and its file removed, it sends no invocation_complete, and it neither finishes nor cancels the item.
+    entered, resume = threading.Event(), threading.Event()
+
+    def invoke(self: IntegerInvocation, context: InvocationContext) -> IntegerOutput:
+        entered.set()
+        assert resume.wait(10)
+        if saves:
+            context.save_image(Image.new("RGB", (8, 8), "red"))
+        return IntegerOutput(value=self.value)
+
+    IntegerInvocation.output_class()
+    monkeypatch.setattr(IntegerInvocation, "invoke", invoke)
+    events = EventBus()
+    recorder = EventRecorder()
+    events.add_listener(recorder)
+    outputs = tmp_path / "out"
+    stopped = SessionQueue(db, events, 100, lease_seconds=0.5, requeue_interrupted=requeue, server="h:1")
+    other = SessionQueue(db, EventBus(), 100, lease_seconds=30, requeue_interrupted=requeue, server="h:1")
+    processor = SessionProcessor(stopped, ImageService(db, outputs, 1000), events, poll_seconds=0.05)
+    (item_id,) = stopped.enqueue_batch("default", integer_batch()).item_ids
+    processor.start()
+    try:
+        assert entered.wait(10)
+        time.sleep(0.6)  # no renewal: the server is stopped
+        assert other.recover_expired() == 1
+        if requeue:
+            rerun = other.dequeue("cpu#0")
+            assert rerun is not None and rerun.worker == stopped.get("default", item_id).worker
+        resume.set()
+        wait_until(lambda: not processor.workers()[0].busy, timeout=10, what="the resumed run to stop")
+    finally:
+        resume.set()
+        processor.stop()
+    assert db.execute("SELECT COUNT(*) AS n FROM images")[0]["n"] == 0
+    assert [p.name for p in outputs.iterdir() if p.is_file()] == []
+    assert "invocation_complete" not in recorder.names(item_id)
+    item = other.get("default", item_id)
+    if requeue:
+        assert item.status == "in_progress" and other.complete(item_id, {})
+    else:
+        assert (item.status, item.cancel_reason) == ("canceled", LEASE_EXPIRED_REASON)
+
+
+def test_a_restart_of_the_database_under_load_ends_every_item_once_with_a_true_reason(
+    faulty_postgres: Any,
+    open_db: Callable[[], PostgresDatabase],
+    tmp_path: Path,
+    scripted_integer_node: list[str],
+) -> None:
+    # Two servers run short items (5 steps of 10 ms, each a cancel check) while PostgreSQL restarts (pg_ctl restart,
+    # every connection terminated). Every item ends once; none fails for the database; none stays in_progress.
+    servers = []
+    for name in ("a:1", "b:2"):
+        db = open_db()
+        events = EventBus()
+        recorder = EventRecorder()
+        events.add_listener(recorder)
+        queue = SessionQueue(db, events, 1000, lease_seconds=3.0, server=name)
+        processor = SessionProcessor(queue, ImageService(db, tmp_path / name, 1000), events, poll_seconds=0.05)
+        servers.append((queue, processor, LeaseKeeper(queue, period=0.5), recorder))
+    ids = servers[0][0].enqueue_batch("default", integer_batch(5, runs=40)).item_ids
+    for _, processor, keeper, _ in servers:
+        processor.start()
+        keeper.start()
+    try:
+        wait_until(lambda: len(servers[0][3].events) + len(servers[1][3].events) > 20, what="items to run")
+        ended_before = sum(r.names(i).count("invocation_complete") for _, _, _, r in servers for i in ids)
+        faulty_postgres.restart()
+        assert ended_before < len(ids) / 2  # the restart came while items ran
+        queue = servers[0][0]
+
+        def settled() -> bool:
+            counts = _read(lambda: queue.counts_by_status("default"))
+            return counts["pending"] == 0 and counts["in_progress"] == 0
+
+        wait_until(settled, timeout=30, what="every item to end")
+    finally:
+        for _, processor, keeper, _ in servers:
+            keeper.stop()
+            processor.stop()
+    items = {item.item_id: item for item in _read(lambda: queue.list_all("default"))}
+    assert sorted(items) == sorted(ids)
+    true_reasons = {None, DATABASE_UNREACHABLE_REASON, LEASE_EXPIRED_REASON}
+    assert {(item.status, item.cancel_reason in true_reasons) for item in items.values()} <= {
+        ("completed", True),
+        ("canceled", True),
+    }
+    ends = [
+        e.item_id
+        for _, _, _, recorder in servers
+        for e in recorder.events
+        if getattr(e, "status", None) in ("completed", "canceled", "failed")
+    ]
+    assert sorted(ends) == sorted(ids)  # each item's end announced once, by the server that ended it

@@ -264,3 +264,28 @@ def test_events_sent_while_the_senders_connection_drops_are_sent_again_once(
     wait_until(lambda: len(seen_b.of(InvocationStartedEvent)) >= 11, what="the events after the drop")
     time.sleep(0.2)
     assert [e.item_id for e in seen_b.of(InvocationStartedEvent)] == list(range(11))  # type: ignore[attr-defined]
+
+
+def test_events_sent_in_a_transaction_arrive_on_commit_and_never_after_a_rollback(
+    two_servers: tuple[EventBus, EventRelay, EventBus, EventRelay], postgres_url: str
+) -> None:
+    from invokeai.app.services.postgres import PostgresDatabase
+
+    _, relay_a, bus_b, _ = two_servers
+    seen_b = Seen(bus_b)
+    db = PostgresDatabase(postgres_url, pool_size=2)
+    try:
+        with pytest.raises(RuntimeError), db.transaction() as cursor:
+            relay_a.notify_in(cursor, [started(1)])
+            raise RuntimeError("the change is undone")
+        large = started(2)
+        large.invocation["notes"] = "x" * (MAX_NOTIFY_BYTES + 100)
+        with db.transaction() as cursor:
+            relay_a.notify_in(cursor, [started(3), large])
+            time.sleep(0.2)
+            assert seen_b.of(InvocationStartedEvent) == []  # not before the commit
+        wait_until(lambda: len(seen_b.of(InvocationStartedEvent)) == 2, what="the committed events on B")
+        time.sleep(0.3)
+        assert [event.item_id for event in seen_b.of(InvocationStartedEvent)] == [3, 2]
+    finally:
+        db.close()

@@ -438,3 +438,30 @@ def test_an_upload_is_cropped_to_what_is_visible_and_resized(images: ImageServic
     # Nothing visible: nothing to crop to, the image stays whole.
     record = images.upload(_encoded(Image.new("RGBA", (7, 5), (0, 0, 0, 0))), "a.png", crop_visible=True)
     assert (record.width, record.height) == (7, 5)
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_a_start_removes_image_files_without_a_record_once_past_the_grace_period(
+    db: SqliteDatabase, images: ImageService, outputs: Path
+) -> None:
+    # A kill between an image's rename into place and its record's commit leaves a PNG that nothing names.
+    import os
+    import time
+
+    from invokeai.app.services.image_orphans import remove_unrecorded_images
+
+    recorded = images.save(Image.new("RGB", (4, 4))).image_name
+    images.thumbnail_path(recorded)
+    old_orphan, new_orphan = "a" * 32 + ".png", "b" * 32 + ".png"
+    for name in (old_orphan, new_orphan):
+        Image.new("RGB", (4, 4)).save(outputs / name)
+    (outputs / "thumbnails" / f"{'a' * 32}.webp").write_bytes(b"thumb")
+    (outputs / "notes.png").write_bytes(b"not one of ours")
+    hour_ago = time.time() - 3600
+    for name in (recorded, old_orphan, "notes.png"):
+        os.utime(outputs / name, (hour_ago, hour_ago))
+    assert remove_unrecorded_images(db, outputs, grace_s=600) == [old_orphan]
+    left = sorted(p.name for p in outputs.iterdir() if p.is_file())
+    assert left == sorted([recorded, new_orphan, "notes.png"])  # a recent one may be a live server's write
+    assert sorted(p.name for p in (outputs / "thumbnails").iterdir()) == [f"{recorded[:-4]}.webp"]
+    assert images.get_pil(recorded).size == (4, 4)

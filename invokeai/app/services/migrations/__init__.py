@@ -12,6 +12,7 @@ from invokeai.app.services.migrations.m006_queue_claims import migration as m006
 from invokeai.app.services.migrations.m007_image_flags import migration as m007_image_flags
 from invokeai.app.services.migrations.m008_boards_workflows import migration as m008_boards_workflows
 from invokeai.app.services.migrations.m009_model_settings import migration as m009_model_settings
+from invokeai.app.services.migrations.m010_queue_claim_token import migration as m010_queue_claim_token
 
 MIGRATIONS: list[Migration] = [
     m001_images,
@@ -23,6 +24,7 @@ MIGRATIONS: list[Migration] = [
     m007_image_flags,
     m008_boards_workflows,
     m009_model_settings,
+    m010_queue_claim_token,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]
