@@ -44,7 +44,6 @@ from invokeai.app.nodes.model_use import (
 from invokeai.app.services.model_records import ModelRecord
 from invokeai.backend.families import FAMILIES
 from invokeai.backend.families.qwen_image.constants import NAME, TRUE_CFG_SCALE
-from invokeai.backend.families.qwen_image.descriptor import COMPONENT_CLASSES
 from invokeai.backend.families.qwen_image.descriptor import FAMILY as QWEN_IMAGE
 
 CONDITIONING = TensorKind("conditioning", ("qwen_image_prompt_embeds",), "qwen_image_text_encoder")
@@ -115,16 +114,20 @@ class QwenImageConditioningOutput(BaseInvocationOutput):
     conditioning: QwenImageConditioningField = OutputField(description="The conditioning")
 
 
-def _qwen_image_vae(context: InvocationContext, ident: ModelIdentifier | None, source: ModelRecord) -> ModelRecord:
-    """The VAE `vae_model` names (any model whose VAE is an AutoencoderKLQwenImage, Krea-2's included), else
-    `source`'s own or its paired pipeline's."""
-    vae = context.models.resolve(ident) if ident else provider(context, source, "vae")
-    if "vae" not in context.models.components(vae):
-        raise ValueError(f"vae_model: model {vae.name!r} has no VAE")
-    found = context.models.config(vae, "vae").get("_class_name")
-    if found != COMPONENT_CLASSES["vae"]:
-        raise ValueError(f"vae_model: model {vae.name!r} has a {found} VAE; Qwen-Image's is {COMPONENT_CLASSES['vae']}")
-    return vae
+def _vae_families() -> list[str]:
+    """The families whose VAE is Qwen-Image's: those whose graphs decode with qwen_image_l2i (Krea-2's do)."""
+    return [family.name for family in FAMILIES if family.graph.decode == QWEN_IMAGE.graph.decode]
+
+
+def _vae_of(context: InvocationContext, record: ModelRecord, field: str) -> ModelRecord:
+    """The record providing `record`'s VAE, refused unless it is a Qwen-Image VAE (of a family in _vae_families)."""
+    families = _vae_families()
+    if record.family not in families:
+        raise ValueError(
+            f"{field}: model {record.name!r} is of the {record.family} family; {context.node_type} takes the VAE of "
+            f"a {' or '.join(families)} model"
+        )
+    return provider(context, record, "vae")
 
 
 class QwenImageModelLoaderInvocation(QwenImageNode):
@@ -154,7 +157,7 @@ class QwenImageModelLoaderInvocation(QwenImageNode):
         source = family_model(context, self.component_source, NAME) if self.component_source else record
         encoder = family_model(context, self.qwen_vl_encoder_model, NAME) if self.qwen_vl_encoder_model else source
         encoder = provider(context, encoder, "text_encoder")
-        vae = _qwen_image_vae(context, self.vae_model, source)
+        vae = _vae_of(context, context.models.resolve(self.vae_model) if self.vae_model else source, "vae_model")
         return QwenImageModelLoaderOutput(
             transformer=TransformerField(transformer=part_handle(record, "transformer")),
             qwen_vl_encoder=QwenVLEncoderField(
@@ -299,18 +302,6 @@ class QwenImageDenoiseInvocation(QwenImageNode):
         return latents_output(context, LATENTS, latents, self.width, self.height)
 
 
-def _decodable(context: InvocationContext, ident: ModelIdentifier) -> ModelRecord:
-    """The record providing the VAE `ident` names, of a family whose graphs decode with the running node."""
-    families = [family.name for family in FAMILIES if family.graph.decode == context.node_type]
-    record = context.models.resolve(ident)
-    if record.family not in families:
-        raise ValueError(
-            f"vae: model {record.name!r} is of the {record.family} family; {context.node_type} decodes with the VAE "
-            f"of a {' or '.join(families)} model"
-        )
-    return provider(context, record, "vae")
-
-
 class QwenImageLatentsToImageInvocation(QwenImageNode):
     """The image the Qwen-Image VAE decodes from latents: qwen_image_denoise's, or those of another family whose
     graphs decode with this node (Krea-2's)."""
@@ -326,7 +317,7 @@ class QwenImageLatentsToImageInvocation(QwenImageNode):
     )
 
     def invoke(self, context: InvocationContext) -> ImageOutput:
-        vae = _decodable(context, self.vae.vae)
+        vae = _vae_of(context, context.models.resolve(self.vae.vae), "vae")
         kinds = latents_kinds_decoded_by(self.type)
         kind = next((k for k in kinds if k.holds(context, self.latents.latents_name)), LATENTS)
         return decode_latents(

@@ -79,10 +79,16 @@ def _differences(cls: type[BaseInvocation], shape: dict[str, Any]) -> list[str]:
 def test_node_types_invokeai_also_has_take_its_inputs_and_give_its_outputs() -> None:
     colliding = _colliding()
     # The check must not pass by finding nothing to compare.
-    assert {"blank_image", "img_resize", "denoise_latents", "flux_denoise", "krea2_denoise", "z_image_denoise",
-            "qwen_image_denoise", "qwen_image_i2l"} <= {
-        cls.model_fields["type"].default for cls in colliding
-    }
+    assert {
+        "blank_image",
+        "img_resize",
+        "denoise_latents",
+        "flux_denoise",
+        "krea2_denoise",
+        "z_image_denoise",
+        "qwen_image_denoise",
+        "qwen_image_i2l",
+    } <= {cls.model_fields["type"].default for cls in colliding}
     shapes = _shapes()
     differences = [line for cls in colliding for line in _differences(cls, shapes[cls.model_fields["type"].default])]
     assert differences == []

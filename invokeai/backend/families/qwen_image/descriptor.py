@@ -155,6 +155,7 @@ FAMILY = Family(
         decode="qwen_image_l2i",
         encode="qwen_image_i2l",
         strength_field="denoising_start",
+        pipeline_guidance_argument="true_cfg_scale",
     ),
     config_variants=CONFIG_VARIANTS,
     demos=DEMOS,
