@@ -1,10 +1,11 @@
-"""Qwen-Image through the REST API of a real `invokeai-web` on a fresh root (which installs demo-qwen-image at its first
-start), with InvokeAI's node types: the example graphs run as they are and equal QwenImagePipeline's image on
-demo-qwen-image (InvokeAI's cfg_scale is the pipeline's true_cfg_scale; also at other seeds, sizes and scales, with a
-negative prompt of another length and with none, and with a prompt past the 512-token cut), image-to-image through
-qwen_image_i2l equals QwenImageImg2ImgPipeline's image, attention is counted under every Qwen-Image node type, Krea-2's
-latents still decode through qwen_image_l2i (its graphs' decoder), and a Qwen-Image folder with another family's VAE
-is refused at install naming the VAE class expected."""
+"""Qwen-Image through the REST API of a real `invokeai-web` on a fresh root (which installs demo-qwen-image and
+demo-qwen-image-gguf at its first start), with InvokeAI's node types: the example graphs run as they are and equal
+QwenImagePipeline's image on demo-qwen-image (InvokeAI's cfg_scale is the pipeline's true_cfg_scale; also at other
+seeds, sizes and scales, with a negative prompt of another length and with none, and with a prompt past the 512-token
+cut), the GGUF demo's is close to it, image-to-image through qwen_image_i2l equals QwenImageImg2ImgPipeline's image,
+attention is counted under every Qwen-Image node type, Krea-2's latents still decode through qwen_image_l2i (its
+graphs' decoder), and a Qwen-Image folder with another family's VAE is refused at install naming the VAE class
+expected."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pytest
 from PIL import Image
 from server_support import FINISHED, QUEUE, example, image_of, max_diff, models, run
 
-EXAMPLES = ("qwen_image_text_to_image", "qwen_image_image_to_image")
+EXAMPLES = ("qwen_image_text_to_image", "qwen_image_gguf_text_to_image", "qwen_image_image_to_image")
 LONG_PROMPT = "a lighthouse on a rocky cliff at sunset, oil painting, " * 60
 
 
@@ -146,6 +147,26 @@ def test_variants_equal_qwen_image_pipelines_image(
         body["batch"]["graph"]["nodes"]["negative"]["prompt"] = negative
     item, _ = run(client, body)
     assert max_diff(image_of(client, item), stock_image(stock_pipe, body)) <= 1
+
+
+def test_the_gguf_demo_runs_close_to_the_full_precision_image(
+    client: httpx.Client, example_runs: dict[str, Any], stock_pipe: Any
+) -> None:
+    record = models(client)["demo-qwen-image-gguf"]
+    assert {k: record[k] for k in ("family", "base", "type", "format", "pipeline")} == {
+        "family": "qwen-image",
+        "base": "qwen-image",
+        "type": "main",
+        "format": "gguf_quantized",
+        "pipeline": False,
+    }
+    item, _ = example_runs["qwen_image_gguf_text_to_image"]
+    loader = item["session"]["results"]["loader"]
+    # A lone transformer takes its text encoder, tokenizer and VAE from the pipeline it is paired with.
+    assert loader["qwen_vl_encoder"]["text_encoder"]["name"] == loader["vae"]["vae"]["name"] == "demo-qwen-image"
+    quantized = np.asarray(image_of(client, item), np.float32)
+    full = np.asarray(stock_image(stock_pipe, example("qwen_image_gguf_text_to_image")), np.float32)
+    assert np.abs(quantized - full).mean() < 8
 
 
 def test_image_to_image_through_qwen_image_i2l_equals_the_img2img_pipeline(

@@ -1,6 +1,7 @@
-"""demo-qwen-image: a tiny random-weight Qwen-Image pipeline (the real Qwen2_5_VLForConditionalGeneration with
-grouped-query attention, QwenImageTransformer2DModel and AutoencoderKLQwenImage classes, small configs), so a fresh
-server runs the family without a download. Its images are noise.
+"""demo-qwen-image and demo-qwen-image-gguf: a tiny random-weight Qwen-Image pipeline (the real
+Qwen2_5_VLForConditionalGeneration with grouped-query attention, QwenImageTransformer2DModel and AutoencoderKLQwenImage
+classes, small configs) and its transformer quantized to GGUF Q8_0 in the published layout, so a fresh server runs
+the family, and its GGUF files, without a download. Their images are noise.
 
 Builds are deterministic: every component starts from the same seeded generator state. Linear widths are multiples
 of 32 wherever a GGUF quantization block must fit; the rotary axes sum to the head dim, as the transformer requires.
@@ -14,6 +15,7 @@ from typing import Any
 from invokeai.backend.models.demo_weights import seeded
 
 NAME = "demo-qwen-image"
+GGUF_NAME = "demo-qwen-image-gguf"
 
 TRANSFORMER = dict(
     patch_size=2,
@@ -114,3 +116,10 @@ def build_pipeline() -> Any:
 def build(path: Path) -> None:
     """Write demo-qwen-image, a diffusers folder (safetensors), to `path`."""
     build_pipeline().save_pretrained(path, safe_serialization=True)
+
+
+def build_gguf(path: Path) -> None:
+    """Write demo-qwen-image-gguf: demo-qwen-image's transformer quantized to Q8_0, to `path`."""
+    from invokeai.backend.families.qwen_image.layout import write_gguf
+
+    write_gguf(build_transformer(), path)

@@ -1,18 +1,21 @@
 """The Qwen-Image family descriptor: diffusers QwenImagePipeline folders (text-to-image, and image-to-image as
-QwenImageImg2ImgPipeline), the demo model, the estimators and InvokeAI's qwen_image_* nodes.
+QwenImageImg2ImgPipeline), the transformer alone as ComfyUI's diffusion model file (bf16 or fp8) and as GGUF, the demo
+models, the estimators and InvokeAI's qwen_image_* nodes.
 
 Imports no diffusers or transformers at import time (the server imports every descriptor at startup).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from invokeai.backend.families.family import DemoModel, Family, GraphFacts, InvokeAIFacts
+import torch
+
+from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
 from invokeai.backend.families.qwen_image import constants as c
-from invokeai.backend.families.qwen_image import estimators, records, runs
+from invokeai.backend.families.qwen_image import estimators, layout, records, runs
 from invokeai.backend.models.config_variants import ConfigVariant
 
 NAME = c.NAME
@@ -104,10 +107,47 @@ def folder_check(configs: Mapping[str, dict[str, Any]]) -> list[str]:
     return found
 
 
+def _load_checkpoint(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    return layout.load_safetensors(path, variant, dtype)
+
+
+def _load_gguf(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    return layout.load_gguf(path, variant, dtype)
+
+
+def _matches(names: Iterable[str]) -> bool:
+    return layout.is_transformer(names)
+
+
+# The transformer alone: ComfyUI's diffusion model (diffusion_models/, bf16 or fp8) and the published GGUF files; its
+# text encoder, VAE and scheduler come from the installed Qwen-Image pipeline of its architecture, or the loader's
+# qwen_vl_encoder_model and vae_model.
+FILES = tuple(
+    FileRule(
+        container=container,
+        format=format,
+        type="transformer",
+        what="Qwen-Image transformer",
+        components=("transformer",),
+        matches=_matches,
+        signature=layout.transformer_signature,
+        load=load,
+        canonical_name=layout.canonical_name,
+    )
+    for container, format, load in (("safetensors", "checkpoint", _load_checkpoint), ("gguf", "gguf", _load_gguf))
+)
+
+
 def _build_demo(path: Path) -> None:
     from invokeai.backend.families.qwen_image import demo
 
     demo.build(path)
+
+
+def _build_demo_gguf(path: Path) -> None:
+    from invokeai.backend.families.qwen_image import demo
+
+    demo.build_gguf(path)
 
 
 DEMOS = (
@@ -119,6 +159,15 @@ DEMOS = (
         format="diffusers",
         filename="demo-qwen-image",
         build=_build_demo,
+    ),
+    DemoModel(
+        name="demo-qwen-image-gguf",
+        description="Random-weight Qwen-Image transformer quantized to GGUF Q8_0 in the published layout, for "
+        "exercising GGUF loading (paired with demo-qwen-image's text encoder and VAE); its images are noise.",
+        type="transformer",
+        format="gguf",
+        filename="demo-qwen-image-gguf.gguf",
+        build=_build_demo_gguf,
     ),
 )
 
@@ -158,6 +207,7 @@ FAMILY = Family(
         pipeline_guidance_argument="true_cfg_scale",
     ),
     config_variants=CONFIG_VARIANTS,
+    files=FILES,
     demos=DEMOS,
     folder_check=folder_check,
     checked_configs=("transformer", "vae", "text_encoder", "scheduler"),
