@@ -2,10 +2,11 @@
 demo-qwen-image-gguf at its first start), with InvokeAI's node types: the example graphs run as they are and equal
 QwenImagePipeline's image on demo-qwen-image (InvokeAI's cfg_scale is the pipeline's true_cfg_scale; also at other
 seeds, sizes and scales, with a negative prompt of another length and with none, and with a prompt past the 512-token
-cut), the GGUF demo's is close to it, image-to-image through qwen_image_i2l equals QwenImageImg2ImgPipeline's image,
-attention is counted under every Qwen-Image node type, Krea-2's latents still decode through qwen_image_l2i (its
-graphs' decoder), and a Qwen-Image folder with another family's VAE is refused at install naming the VAE class
-expected."""
+cut), the GGUF demo's is close to it, ComfyUI's three split files (diffusion model, Qwen2.5-VL text encoder, VAE)
+installed through the models API make the pipeline's image, image-to-image through qwen_image_i2l equals
+QwenImageImg2ImgPipeline's image, attention is counted under every Qwen-Image node type, Krea-2's latents still
+decode through qwen_image_l2i (its graphs' decoder), and a Qwen-Image folder with another family's VAE is refused at
+install naming the VAE class expected."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
-from server_support import FINISHED, QUEUE, example, image_of, max_diff, models, run
+from server_support import FINISHED, QUEUE, example, image_of, install_model, max_diff, models, run
 
 EXAMPLES = ("qwen_image_text_to_image", "qwen_image_gguf_text_to_image", "qwen_image_image_to_image")
 LONG_PROMPT = "a lighthouse on a rocky cliff at sunset, oil painting, " * 60
@@ -206,6 +207,67 @@ def test_image_to_image_through_qwen_image_i2l_equals_the_img2img_pipeline(
         generator=torch.Generator("cpu").manual_seed(5),
     ).images[0]
     assert max_diff(image_of(client, item), theirs) <= 1
+
+
+def test_comfyuis_three_split_files_run_as_demo_qwen_image(
+    client: httpx.Client, stock_pipe: Any, tmp_path: Path
+) -> None:
+    """demo-qwen-image as ComfyUI's split download: the diffusion model (diffusers' names under
+    model.diffusion_model.), the Qwen2.5-VL text encoder (text_encoders/qwen_2.5_vl_7b.safetensors: the language
+    model under model., the vision tower under visual., no head) and the VAE (vae/qwen_image_vae.safetensors: Wan
+    2.1's original names), each installed through the models API, make the pipeline's image with the loader naming
+    each file; the encoder's tokenizer is the pipeline's whose text encoder it matches."""
+    from diffusers import AutoencoderKLQwenImage, QwenImageTransformer2DModel
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from invokeai.backend.families.qwen_image import layout
+
+    folder = Path(models(client)["demo-qwen-image"]["path"])
+    files = {
+        "qwen-split-model": tmp_path / "qwen_image_demo_bf16.safetensors",
+        "qwen-split-encoder": tmp_path / "qwen_2.5_vl_demo.safetensors",
+        "qwen-split-vae": tmp_path / "qwen_image_vae.safetensors",
+    }
+    transformer = QwenImageTransformer2DModel.from_pretrained(folder / "transformer")
+    layout.write_safetensors(transformer, files["qwen-split-model"], prefix=layout.PREFIX)
+    encoder = Qwen2_5_VLForConditionalGeneration.from_pretrained(folder / "text_encoder")
+    layout.write_comfyui_text_encoder(encoder, files["qwen-split-encoder"])
+    layout.write_comfyui_vae(AutoencoderKLQwenImage.from_pretrained(folder / "vae"), files["qwen-split-vae"])
+    for name, path in files.items():
+        install_model(client, path, name)
+    installed = models(client)
+    expected = {"qwen-split-model": "main", "qwen-split-encoder": "qwen_vl_encoder", "qwen-split-vae": "vae"}
+    for name, kind in expected.items():
+        record = installed[name]
+        assert (record["family"], record["type"], record["format"], record["config_variant"]) == (
+            "qwen-image",
+            kind,
+            "checkpoint",
+            "qwen-image-demo",
+        ), name
+    listed = client.get("/api/v2/models/", params={"model_type": "qwen_vl_encoder"}).json()["models"]
+    assert [model["name"] for model in listed] == ["qwen-split-encoder"]
+    body = copy.deepcopy(example("qwen_image_text_to_image"))
+    nodes = body["batch"]["graph"]["nodes"]
+    nodes["loader"].update(
+        model={"name": "qwen-split-model"},
+        qwen_vl_encoder_model={"name": "qwen-split-encoder"},
+        vae_model={"name": "qwen-split-vae"},
+    )
+    nodes["denoise"].update(seed=13, steps=12)
+    item, _ = run(client, body)
+    loader = item["session"]["results"]["loader"]
+    keys = {name: installed[name]["key"] for name in (*files, "demo-qwen-image")}
+    assert loader["transformer"]["transformer"]["key"] == keys["qwen-split-model"]
+    assert loader["qwen_vl_encoder"]["text_encoder"]["key"] == keys["qwen-split-encoder"]
+    assert loader["qwen_vl_encoder"]["tokenizer"]["key"] == keys["demo-qwen-image"]
+    assert loader["vae"]["vae"]["key"] == keys["qwen-split-vae"]
+    assert max_diff(image_of(client, item), stock_image(stock_pipe, body)) <= 1
+    # The text encoder file is no model to generate with: the loader says so rather than borrow a transformer.
+    nodes["loader"]["model"] = {"name": "qwen-split-encoder"}
+    failed = run_to_the_end(client, body)
+    assert failed["status"] == "failed"
+    assert "is a Qwen-Image qwen_vl_encoder without a transformer" in failed["error_message"]
 
 
 def test_krea2_latents_still_decode_through_qwen_image_l2i(client: httpx.Client) -> None:

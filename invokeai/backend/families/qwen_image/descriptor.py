@@ -115,14 +115,39 @@ def _load_gguf(path: Path, variant: ConfigVariant, component: str, dtype: torch.
     return layout.load_gguf(path, variant, dtype)
 
 
+def _load_text_encoder(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    return layout.load_text_encoder(path, variant, dtype)
+
+
+def _load_vae(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
+    return layout.load_vae(path, variant, dtype)
+
+
 def _matches(names: Iterable[str]) -> bool:
     return layout.is_transformer(names)
 
 
-# The transformer alone: ComfyUI's diffusion model (diffusion_models/, bf16 or fp8) and the published GGUF files; its
-# text encoder, VAE and scheduler come from the installed Qwen-Image pipeline of its architecture, or the loader's
-# qwen_vl_encoder_model and vae_model.
-FILES = tuple(
+def _matches_text_encoder(names: Iterable[str]) -> bool:
+    return layout.is_text_encoder(names)
+
+
+def _matches_vae(names: Iterable[str]) -> bool:
+    return layout.is_vae(names)
+
+
+def _text_encoder_refusal(shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    return layout.text_encoder_refusal(shapes, CONFIG_VARIANTS)
+
+
+def _vae_refusal(shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    return layout.vae_refusal(shapes, CONFIG_VARIANTS)
+
+
+# ComfyUI's split files: the transformer alone (diffusion_models/, bf16 or fp8; or the published GGUF files), the
+# Qwen2.5-VL text encoder (text_encoders/qwen_2.5_vl_7b*.safetensors, InvokeAI's qwen_vl_encoder) and the VAE
+# (vae/qwen_image_vae.safetensors). What a file lacks (the encoder's tokenizer, the transformer's scheduler) comes
+# from the installed Qwen-Image pipeline whose same component has its architecture, or the loader's inputs.
+TRANSFORMER_FILES = tuple(
     FileRule(
         container=container,
         format=format,
@@ -135,6 +160,32 @@ FILES = tuple(
         canonical_name=layout.canonical_name,
     )
     for container, format, load in (("safetensors", "checkpoint", _load_checkpoint), ("gguf", "gguf", _load_gguf))
+)
+FILES = (
+    *TRANSFORMER_FILES,
+    FileRule(
+        container="safetensors",
+        format="checkpoint",
+        type="qwen_vl_encoder",
+        what="Qwen2.5-VL text encoder (ComfyUI's qwen_2.5_vl_7b.safetensors)",
+        components=("text_encoder",),
+        matches=_matches_text_encoder,
+        signature=layout.text_encoder_signature,
+        load=_load_text_encoder,
+        canonical_name=layout.text_encoder_name,
+        refusal=_text_encoder_refusal,
+    ),
+    FileRule(
+        container="safetensors",
+        format="checkpoint",
+        type="vae",
+        what="Qwen-Image VAE (ComfyUI's qwen_image_vae.safetensors)",
+        components=("vae",),
+        matches=_matches_vae,
+        signature=layout.vae_signature,
+        load=_load_vae,
+        refusal=_vae_refusal,
+    ),
 )
 
 

@@ -202,3 +202,54 @@ def test_demo_builds_are_deterministic(demo_qwen_image: Path, tmp_path: Path) ->
     FAMILY.demos[1].build(first)
     FAMILY.demos[1].build(second)
     assert first.read_bytes() == second.read_bytes()
+
+
+@pytest.mark.parametrize(("lm_head", "fp8"), [(False, False), (True, False), (False, True)])
+def test_a_comfyui_text_encoder_file_loads_as_the_pipelines_encoder(
+    qwen_pipe: Any, tmp_path: Path, lm_head: bool, fp8: bool
+) -> None:
+    """ComfyUI's qwen_2.5_vl_7b file (the language model under `model.`, the vision tower under `visual.`, with or
+    without the head, bf16 or scaled fp8): its hidden states are the pipeline encoder's (fp8: close to them)."""
+    path = tmp_path / "qwen_2.5_vl_demo.safetensors"
+    layout.write_comfyui_text_encoder(qwen_pipe.text_encoder, path, lm_head=lm_head, fp8=fp8)
+    probe = probe_model(path)
+    assert (probe.family, probe.type, probe.format, probe.config_variant) == (
+        "qwen-image",
+        "qwen_vl_encoder",
+        "checkpoint",
+        "qwen-image-demo",
+    )
+    loaded = load_component(probe, "text_encoder")
+    mine, _ = generation.encode_prompt(loaded, qwen_pipe.tokenizer, "a red house", "cpu")
+    theirs, _ = generation.encode_prompt(qwen_pipe.text_encoder, qwen_pipe.tokenizer, "a red house", "cpu")
+    error = float((mine - theirs).abs().max() / theirs.abs().max())
+    assert (0 < error < FP8_TOLERANCE) if fp8 else error == 0
+
+
+def test_a_text_encoder_of_another_size_is_refused_saying_what_it_is(qwen_pipe: Any, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "qwen_2.5_vl_3b.safetensors"
+    layout.write_comfyui_text_encoder(qwen_pipe.text_encoder, path)
+    state = load_file(str(path))
+    save_file({k: v for k, v in state.items() if not k.startswith("model.layers.1.")}, str(path))
+    with pytest.raises(UnsupportedModelError, match=r"a Qwen2\.5-VL text encoder of hidden size 32 and 1 layers"):
+        probe_model(path)
+
+
+def test_a_comfyui_vae_file_loads_bit_equal(qwen_pipe: Any, tmp_path: Path) -> None:
+    path = tmp_path / "qwen_image_vae.safetensors"
+    layout.write_comfyui_vae(qwen_pipe.vae, path)
+    probe = probe_model(path)
+    assert (probe.family, probe.type, probe.format, probe.config_variant) == (
+        "qwen-image",
+        "vae",
+        "checkpoint",
+        "qwen-image-demo",
+    )
+    loaded = load_component(probe, "vae")
+    for name, tensor in qwen_pipe.vae.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    latents = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(0))
+    mine, theirs = generation.vae_decode(loaded, latents), generation.vae_decode(qwen_pipe.vae, latents)
+    assert np.array_equal(np.asarray(mine), np.asarray(theirs))
