@@ -181,3 +181,20 @@ def test_activation_grows_with_batch_and_resolution(operation: str) -> None:
         assert at(512, prompt_tokens=600) > 2 * at(512, prompt_tokens=200)
     else:
         assert at(1024) > 2 * at(512)
+
+
+def test_each_call_is_priced_on_the_kernel_the_dispatcher_will_choose(dispatcher: Any) -> None:
+    """On a device where only math takes a mask (the flash kernel serves unmasked and grouped calls alone), the
+    padded text encoder and the padded batch's transformer reserve math's score matrices, one prompt none."""
+    from invokeai.backend.attention import install_attention
+
+    dispatcher({"FLASH_ATTENTION": lambda call: call.attn_mask is None, "MATH": lambda call: True})
+    install_attention("auto")
+    text, transformer = config_of("qwen-image", "text_encoder"), config_of("qwen-image", "transformer")
+    one = CallFacts(CPU, torch.bfloat16, prompt_tokens=300, text_padded=False)
+    padded = CallFacts(CPU, torch.bfloat16, prompt_tokens=300, batch=2)
+    for estimate, config in ((estimators.text_encoder, text), (estimators.transformer, transformer)):
+        assert estimate(config, one).score_matrix_bytes(CPU, torch.bfloat16) == 0
+        masked = estimate(config, padded)
+        assert masked.score_matrix_bytes(CPU, torch.bfloat16) > 0
+        assert masked.total(CPU, torch.bfloat16) > masked.activation_bytes
