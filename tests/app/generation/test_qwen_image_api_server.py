@@ -220,7 +220,7 @@ def test_comfyuis_three_split_files_run_as_demo_qwen_image(
     from diffusers import AutoencoderKLQwenImage, QwenImageTransformer2DModel
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from invokeai.backend.families.qwen_image import layout
+    from invokeai.backend.families.qwen_image import component_files, layout
 
     folder = Path(models(client)["demo-qwen-image"]["path"])
     files = {
@@ -231,8 +231,8 @@ def test_comfyuis_three_split_files_run_as_demo_qwen_image(
     transformer = QwenImageTransformer2DModel.from_pretrained(folder / "transformer")
     layout.write_safetensors(transformer, files["qwen-split-model"], prefix=layout.PREFIX)
     encoder = Qwen2_5_VLForConditionalGeneration.from_pretrained(folder / "text_encoder")
-    layout.write_comfyui_text_encoder(encoder, files["qwen-split-encoder"])
-    layout.write_comfyui_vae(AutoencoderKLQwenImage.from_pretrained(folder / "vae"), files["qwen-split-vae"])
+    component_files.write_comfyui_text_encoder(encoder, files["qwen-split-encoder"])
+    component_files.write_comfyui_vae(AutoencoderKLQwenImage.from_pretrained(folder / "vae"), files["qwen-split-vae"])
     for name, path in files.items():
         install_model(client, path, name)
     installed = models(client)

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
+from invokeai.backend.families.qwen_image import component_files, estimators, layout, records, runs
 from invokeai.backend.families.qwen_image import constants as c
-from invokeai.backend.families.qwen_image import estimators, layout, records, runs
 from invokeai.backend.models.config_variants import ConfigVariant
 
 NAME = c.NAME
@@ -116,11 +116,11 @@ def _load_gguf(path: Path, variant: ConfigVariant, component: str, dtype: torch.
 
 
 def _load_text_encoder(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
-    return layout.load_text_encoder(path, variant, dtype)
+    return component_files.load_text_encoder(path, variant, dtype)
 
 
 def _load_vae(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
-    return layout.load_vae(path, variant, dtype)
+    return component_files.load_vae(path, variant, dtype)
 
 
 def _matches(names: Iterable[str]) -> bool:
@@ -128,19 +128,19 @@ def _matches(names: Iterable[str]) -> bool:
 
 
 def _matches_text_encoder(names: Iterable[str]) -> bool:
-    return layout.is_text_encoder(names)
+    return component_files.is_text_encoder(names)
 
 
 def _matches_vae(names: Iterable[str]) -> bool:
-    return layout.is_vae(names)
+    return component_files.is_vae(names)
 
 
 def _text_encoder_refusal(shapes: Mapping[str, tuple[int, ...]]) -> str | None:
-    return layout.text_encoder_refusal(shapes, CONFIG_VARIANTS)
+    return component_files.text_encoder_refusal(shapes, CONFIG_VARIANTS)
 
 
 def _vae_refusal(shapes: Mapping[str, tuple[int, ...]]) -> str | None:
-    return layout.vae_refusal(shapes, CONFIG_VARIANTS)
+    return component_files.vae_refusal(shapes, CONFIG_VARIANTS)
 
 
 # ComfyUI's split files: the transformer alone (diffusion_models/, bf16 or fp8; or the published GGUF files), the
@@ -170,9 +170,9 @@ FILES = (
         what="Qwen2.5-VL text encoder (ComfyUI's qwen_2.5_vl_7b.safetensors)",
         components=("text_encoder",),
         matches=_matches_text_encoder,
-        signature=layout.text_encoder_signature,
+        signature=component_files.text_encoder_signature,
         load=_load_text_encoder,
-        canonical_name=layout.text_encoder_name,
+        canonical_name=component_files.text_encoder_name,
         refusal=_text_encoder_refusal,
     ),
     FileRule(
@@ -182,7 +182,7 @@ FILES = (
         what="Qwen-Image VAE (ComfyUI's qwen_image_vae.safetensors)",
         components=("vae",),
         matches=_matches_vae,
-        signature=layout.vae_signature,
+        signature=component_files.vae_signature,
         load=_load_vae,
         refusal=_vae_refusal,
     ),

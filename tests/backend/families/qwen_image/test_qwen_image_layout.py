@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from invokeai.backend.families.qwen_image import demo, generation, layout
+from invokeai.backend.families.qwen_image import component_files, demo, generation, layout
 from invokeai.backend.families.qwen_image.descriptor import CONFIG_VARIANTS, FAMILY, folder_check
 from invokeai.backend.models.config_variants import match_variant, signature_mismatch
 from invokeai.backend.models.errors import UnsupportedModelError
@@ -211,7 +211,7 @@ def test_a_comfyui_text_encoder_file_loads_as_the_pipelines_encoder(
     """ComfyUI's qwen_2.5_vl_7b file (the language model under `model.`, the vision tower under `visual.`, with or
     without the head, bf16 or scaled fp8): its hidden states are the pipeline encoder's (fp8: close to them)."""
     path = tmp_path / "qwen_2.5_vl_demo.safetensors"
-    layout.write_comfyui_text_encoder(qwen_pipe.text_encoder, path, lm_head=lm_head, fp8=fp8)
+    component_files.write_comfyui_text_encoder(qwen_pipe.text_encoder, path, lm_head=lm_head, fp8=fp8)
     probe = probe_model(path)
     assert (probe.family, probe.type, probe.format, probe.config_variant) == (
         "qwen-image",
@@ -230,7 +230,7 @@ def test_a_text_encoder_of_another_size_is_refused_saying_what_it_is(qwen_pipe: 
     from safetensors.torch import load_file, save_file
 
     path = tmp_path / "qwen_2.5_vl_3b.safetensors"
-    layout.write_comfyui_text_encoder(qwen_pipe.text_encoder, path)
+    component_files.write_comfyui_text_encoder(qwen_pipe.text_encoder, path)
     state = load_file(str(path))
     save_file({k: v for k, v in state.items() if not k.startswith("model.layers.1.")}, str(path))
     with pytest.raises(UnsupportedModelError, match=r"a Qwen2\.5-VL text encoder of hidden size 32 and 1 layers"):
@@ -239,7 +239,7 @@ def test_a_text_encoder_of_another_size_is_refused_saying_what_it_is(qwen_pipe: 
 
 def test_a_comfyui_vae_file_loads_bit_equal(qwen_pipe: Any, tmp_path: Path) -> None:
     path = tmp_path / "qwen_image_vae.safetensors"
-    layout.write_comfyui_vae(qwen_pipe.vae, path)
+    component_files.write_comfyui_vae(qwen_pipe.vae, path)
     probe = probe_model(path)
     assert (probe.family, probe.type, probe.format, probe.config_variant) == (
         "qwen-image",
