@@ -3,10 +3,11 @@ every registered model family.
 
 The server side is the family's documented text-to-image example graph on its demo pipeline (the
 docs/examples/*.json whose denoise node is the family's and names the family's first pipeline demo model: for
-SD-1, 20 steps at 64x64; Krea-2 and SDXL, 8 steps; FLUX.1, run with 20 steps, see STEPS), timed from sending the
-enqueue request to receiving the item's `completed` event; it includes the HTTP round trip, the queue, every node,
-the tensor store and writing the PNG. Like the pipeline called without a step callback, the client takes no step
-previews: its event stream names only `queue_item_status_changed`, and the server makes no preview nobody watches.
+SD-1, 20 steps at 64x64; Krea-2 and SDXL, 8 steps; Qwen-Image, 50 steps of true CFG; FLUX.1, run with 20 steps,
+see STEPS), timed from sending the enqueue request to receiving the item's `completed` event; it includes the HTTP
+round trip, the queue, every node, the tensor store and writing the PNG. Like the pipeline called without a step
+callback, the client takes no step previews: its event stream names only `queue_item_status_changed`, and the server
+makes no preview nobody watches.
 The direct side is the pipeline class the demo's model_index.json names, in a process of its own, on the same model
 folders (the records the server lists), device, dtype, prompts, seed, size, steps and sampler.
 
@@ -62,6 +63,7 @@ class Case:
     model: str
     guidance_field: str
     guidance_offset: float  # the pipeline's guidance_scale less the node's (GraphFacts.pipeline_guidance_offset)
+    guidance_argument: str = "guidance_scale"  # the pipeline's argument for it (GraphFacts.pipeline_guidance_argument)
     steps: int | None = None  # None: the example's
     steps_field: str = "steps"  # the denoise node's step count (GraphFacts.steps_field: FLUX.1's is num_steps)
 
@@ -116,6 +118,7 @@ def _cases() -> tuple[Case, ...]:
                 family.graph.pipeline_guidance_offset,
                 steps=steps,
                 steps_field=family.graph.steps_field,
+                guidance_argument=family.graph.pipeline_guidance_argument,
             )
         )
     return tuple(cases)
@@ -271,12 +274,13 @@ def pipeline_call(pipe: Any, case: Case) -> Callable[[], Any]:
     prompt = {"prompt": (nodes.get("prompt") or nodes["positive"])["prompt"]}
     if "negative" in nodes:
         prompt["negative_prompt"] = nodes["negative"]["prompt"]
+    guidance = {case.guidance_argument: denoise[case.guidance_field] + case.guidance_offset}
     return lambda: pipe(
         **prompt,
+        **guidance,
         width=denoise["width"],
         height=denoise["height"],
         num_inference_steps=denoise[case.steps_field],
-        guidance_scale=denoise[case.guidance_field] + case.guidance_offset,
         generator=torch.Generator("cpu").manual_seed(denoise["seed"]),
     ).images[0]
 

@@ -52,6 +52,19 @@ class FamilyNode(BaseInvocation):
         raise NotImplementedError
 
 
+def latents_kinds_decoded_by(node_type: str) -> list[TensorKind]:
+    """The latents kinds of every family whose graphs decode with `node_type` (a decode node one family owns and
+    another's graphs use too, as InvokeAI's Krea-2 graphs decode with its Qwen-Image node), from the registered
+    family nodes: each family keeps its latents as its nodes' `latents_kind`."""
+    from invokeai.app.nodes.base import invocation_classes
+
+    kinds: list[TensorKind] = []
+    for cls in invocation_classes():
+        if issubclass(cls, FamilyNode) and cls.family.graph.decode == node_type and cls.latents_kind not in kinds:
+            kinds.append(cls.latents_kind)
+    return kinds
+
+
 class DenoiseInputs(FamilyNode):
     """The inputs every denoise node has besides its conditioning, size, steps and guidance: the model and the
     seed."""

@@ -1,6 +1,7 @@
 """Krea-2 nodes, as InvokeAI 6.14.2 names and shapes them: krea2_model_loader, whose outputs (transformer, Qwen3-VL
 encoder, VAE) feed krea2_text_encoder, krea2_denoise and qwen_image_l2i (InvokeAI decodes Krea-2 latents with its
-Qwen-Image node, Krea-2's VAE being Qwen-Image's).
+Qwen-Image node, Krea-2's VAE being Qwen-Image's: the Qwen-Image family's node module has it, and it takes the
+latents kept as this module's LATENTS, since Krea-2's graph names it as its decoder).
 
 Each node resolves the model its handle names, has the model manager put the component on the device with its
 working memory reserved, and runs `invokeai.backend.families.krea2.generation`, which computes what diffusers'
@@ -20,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, InputField, InvocationContext, OutputField
 from invokeai.app.nodes.family_nodes import FamilyNode, size_input
-from invokeai.app.nodes.image import BoardField, ImageOutput, board_input, metadata_input
+from invokeai.app.nodes.image import BoardField, board_input, metadata_input
 from invokeai.app.nodes.model_fields import (
     SEED_MAX,
     LatentsField,
@@ -34,7 +35,6 @@ from invokeai.app.nodes.model_fields import (
 )
 from invokeai.app.nodes.model_use import (
     TensorKind,
-    decode_latents,
     family_model,
     fitted_preview,
     latents_output,
@@ -336,32 +336,3 @@ class Krea2DenoiseInvocation(Krea2Node):
                 mu=self.shift or None,  # InvokeAI's node editor fills an untouched optional float with 0
             )
         return latents_output(context, LATENTS, latents, self.width, self.height)
-
-
-class QwenImageLatentsToImageInvocation(Krea2Node):
-    """The image the Qwen-Image VAE decodes from latents: InvokeAI's node for Qwen-Image latents, which its Krea-2
-    graphs decode with; here it decodes Krea-2's (this server has no Qwen-Image family)."""
-
-    type: Literal["qwen_image_l2i"] = "qwen_image_l2i"
-    metadata: MetadataField | None = metadata_input()
-    board: BoardField | None = board_input()
-    latents: LatentsField = InputField(description="The latents to decode (krea2_denoise)")
-    vae: VAEField = InputField(description="The VAE (krea2_model_loader)")
-    tiled: Annotated[bool, _only(False, "tiled decoding (tiled)")] = InputField(
-        default=False, description="InvokeAI's tiled decoding; this server decodes whole (false)"
-    )
-    tile_size: int = InputField(
-        default=0, ge=0, le=8192, multiple_of=8, description="InvokeAI's tile size; unused while tiled is false"
-    )
-
-    def invoke(self, context: InvocationContext) -> ImageOutput:
-        vae = _component(context, self.vae.vae, "vae")
-        return decode_latents(
-            context,
-            vae,
-            LATENTS,
-            self.latents.latents_name,
-            self.backend().vae_decode,
-            metadata=self.metadata,
-            board=self.board,
-        )

@@ -149,6 +149,11 @@ class TensorKind:
     def save(self, context: InvocationContext, *tensors: torch.Tensor) -> str:
         return context.tensors.save(dict(zip(self.keys, tensors, strict=True)), owner=context.session_id)
 
+    def holds(self, context: InvocationContext, name: str) -> bool:
+        """Whether the stored tensors `name` are of this kind (a node that takes several kinds picks with it)."""
+        stored = context.tensors.load(name)
+        return isinstance(stored, dict) and set(stored) == set(self.keys)
+
     def load(self, context: InvocationContext, name: str) -> tuple[torch.Tensor, ...]:
         stored = context.tensors.load(name)
         if not isinstance(stored, dict) or set(stored) != set(self.keys):

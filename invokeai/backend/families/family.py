@@ -100,7 +100,8 @@ class GraphFacts:
     InvokeAI's `denoising_start` (where in the schedule it starts: 1 - strength). `steps_field` is the denoise input
     of the step count (InvokeAI's FLUX.1 node calls it `num_steps`). `pipeline_guidance_offset` is what
     the stock diffusers pipeline's `guidance_scale` adds to the node's guidance value for the same image (InvokeAI's
-    CFG scale, 1 for none, against a pipeline whose 0 is none: -1).
+    CFG scale, 1 for none, against a pipeline whose 0 is none: -1); `pipeline_guidance_argument` is the pipeline's
+    argument that takes it (`guidance_scale`, or Qwen-Image's `true_cfg_scale`).
     """
 
     text_encoder: str
@@ -118,6 +119,7 @@ class GraphFacts:
     guidance_off: float = 1.0
     strength_field: Literal["denoising_strength", "denoising_start"] = "denoising_strength"
     pipeline_guidance_offset: float = 0.0
+    pipeline_guidance_argument: str = "guidance_scale"
 
     def node_types(self) -> tuple[str, ...]:
         return tuple(t for t in (self.loader, self.text_encoder, self.denoise, self.decode, self.encode) if t)

@@ -6,12 +6,13 @@ from __future__ import annotations
 from invokeai.backend.families.family import Family
 from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
 from invokeai.backend.families.krea2.descriptor import FAMILY as KREA2
+from invokeai.backend.families.qwen_image.descriptor import FAMILY as QWEN_IMAGE
 from invokeai.backend.families.sd1.descriptor import FAMILY as SD1
 from invokeai.backend.families.sdxl.descriptor import FAMILY as SDXL
 from invokeai.backend.families.zimage.descriptor import FAMILY as ZIMAGE
 from invokeai.backend.models.config_variants import ConfigVariant
 
-FAMILIES: tuple[Family, ...] = (SD1, KREA2, FLUX, SDXL, ZIMAGE)
+FAMILIES: tuple[Family, ...] = (SD1, KREA2, FLUX, SDXL, ZIMAGE, QWEN_IMAGE)
 
 
 def family_names() -> tuple[str, ...]:

@@ -1,17 +1,28 @@
 """Small byte-level BPE tokenizers built in memory, so demo models need no download.
 
 Byte-level vocabularies cover every byte (any prompt encodes), plus whole-word merges for a few words, so common
-prompts are short. The CLIP tokenizer is here; a family whose pipeline needs another builds it from these parts in
-its own folder.
+prompts are short. The CLIP tokenizer is here, and the Qwen2 BPE (Qwen's special tokens, the words a family's chat
+template needs as single tokens); a family whose pipeline needs another builds it from these parts in its own
+folder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from transformers import CLIPTokenizer
+from transformers import CLIPTokenizer, Qwen2Tokenizer
 
 _CLIP_WORDS = "a an the of in on photo picture cat dog red blue green house tree sky painting portrait"
+
+# Qwen's special tokens of its chat and vision templates, in the order the real vocabularies list them.
+QWEN_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+)
 
 
 def byte_alphabet() -> dict[int, str]:
@@ -70,3 +81,21 @@ def build_clip_tokenizer(model_max_length: int = 77) -> CLIPTokenizer:
     vocab = vocab_from(base, merges, ("<|startoftext|>", "<|endoftext|>"))
     # transformers 5 wants merges as tuples here; a vocab_file/merges_file pair would be silently ignored.
     return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=model_max_length)
+
+
+def build_qwen2_tokenizer(
+    words: str, line_start_words: str, model_max_length: int, specials: tuple[str, ...] = QWEN_SPECIAL_TOKENS
+) -> Qwen2Tokenizer:
+    """A byte-level Qwen2 BPE whose `words` (space-separated) encode to one token each after a space, as Qwen's BPE
+    keeps the leading space with the word, and whose `line_start_words` do so at the start of a line. `specials`
+    follow the merges; the first is the end-of-text and padding token."""
+    table = byte_alphabet()
+    # Space-led words' merges rank first: BPE applies the lowest-ranked pair anywhere in a word, so a line-start
+    # word's first merge (say "u"+"s") ranked above them would fire inside a longer word and break its chain.
+    symbol_words = [encode_word(" " + word, table) for word in words.split()]
+    symbol_words += [encode_word(word, table) for word in line_start_words.split()]
+    merges = chain_merges(symbol_words)
+    vocab = vocab_from(list(table.values()), merges, specials)
+    return Qwen2Tokenizer(
+        vocab=vocab, merges=merges, model_max_length=model_max_length, extra_special_tokens=list(specials[1:])
+    )

@@ -22,6 +22,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("rand_int", "seed"): "this server's addition; unset (the default) draws a new number each run, as InvokeAI does",
     ("flux_text_encoder", "prompt_2"): "this server's addition: a separate T5 prompt; unset, T5 gets the prompt",
     ("z_image_i2l", "seed"): "this server's addition: the posterior sample's seed (InvokeAI samples it unseeded)",
+    ("qwen_image_i2l", "seed"): "this server's addition: the posterior sample's seed (InvokeAI samples it unseeded)",
 }
 
 # What a difference is, per input: (required, default or None where required).
@@ -78,9 +79,16 @@ def _differences(cls: type[BaseInvocation], shape: dict[str, Any]) -> list[str]:
 def test_node_types_invokeai_also_has_take_its_inputs_and_give_its_outputs() -> None:
     colliding = _colliding()
     # The check must not pass by finding nothing to compare.
-    assert {"blank_image", "img_resize", "denoise_latents", "flux_denoise", "krea2_denoise", "z_image_denoise"} <= {
-        cls.model_fields["type"].default for cls in colliding
-    }
+    assert {
+        "blank_image",
+        "img_resize",
+        "denoise_latents",
+        "flux_denoise",
+        "krea2_denoise",
+        "z_image_denoise",
+        "qwen_image_denoise",
+        "qwen_image_i2l",
+    } <= {cls.model_fields["type"].default for cls in colliding}
     shapes = _shapes()
     differences = [line for cls in colliding for line in _differences(cls, shapes[cls.model_fields["type"].default])]
     assert differences == []

@@ -13,12 +13,8 @@ from pydantic import ValidationError
 from invokeai.app.nodes import Graph  # noqa: F401 - imports every family's node module
 from invokeai.app.nodes.base import invocation_class
 from invokeai.app.nodes.compat import can_connect
-from invokeai.app.nodes.krea2 import (
-    Krea2ConditioningField,
-    Krea2DenoiseInvocation,
-    Krea2TextEncoderInvocation,
-    QwenImageLatentsToImageInvocation,
-)
+from invokeai.app.nodes.krea2 import Krea2ConditioningField, Krea2DenoiseInvocation, Krea2TextEncoderInvocation
+from invokeai.app.nodes.qwen_image import QwenImageLatentsToImageInvocation
 
 
 def test_the_old_decode_node_is_gone() -> None:

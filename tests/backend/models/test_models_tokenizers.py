@@ -22,7 +22,7 @@ def test_qwen_template_encodes_to_the_lengths_krea2_assumes() -> None:
 
 def test_qwen_special_tokens_are_single_ids() -> None:
     tokenizer = k2_tokenizer.build_qwen_tokenizer()
-    for token in k2_tokenizer.QWEN_SPECIAL_TOKENS:
+    for token in tt.QWEN_SPECIAL_TOKENS:
         assert tokenizer(token)["input_ids"] == [tokenizer.convert_tokens_to_ids(token)]
     assert tokenizer.pad_token == "<|endoftext|>"
 
@@ -30,9 +30,9 @@ def test_qwen_special_tokens_are_single_ids() -> None:
 def test_a_tokenizer_that_would_cut_the_prompt_is_refused() -> None:
     table = tt.byte_alphabet()
     vocab = {char: i for i, char in enumerate(table.values())}
-    for token in k2_tokenizer.QWEN_SPECIAL_TOKENS:
+    for token in tt.QWEN_SPECIAL_TOKENS:
         vocab[token] = len(vocab)
-    bytes_only = Qwen2Tokenizer(vocab=vocab, merges=[], extra_special_tokens=list(k2_tokenizer.QWEN_SPECIAL_TOKENS[1:]))
+    bytes_only = Qwen2Tokenizer(vocab=vocab, merges=[], extra_special_tokens=list(tt.QWEN_SPECIAL_TOKENS[1:]))
     with pytest.raises(ValueError, match=r"encodes to \d+ prefix / \d+ suffix tokens; the pipeline assumes 34 / 5"):
         k2_tokenizer.check_template(bytes_only)
 

@@ -3622,7 +3622,7 @@ export interface components {
              * @description The nodes of this graph, by node id
              */
             nodes?: {
-                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["ImgResizeInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2ModelLoaderInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["QwenImageLatentsToImageInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"] | components["schemas"]["CoreMetadataInvocation"] | components["schemas"]["MainModelLoaderInvocation"] | components["schemas"]["SDXLModelLoaderInvocation"] | components["schemas"]["VAELoaderInvocation"] | components["schemas"]["CLIPSkipInvocation"] | components["schemas"]["CompelInvocation"] | components["schemas"]["SDXLCompelPromptInvocation"] | components["schemas"]["NoiseInvocation"] | components["schemas"]["DenoiseLatentsInvocation"] | components["schemas"]["LatentsToImageInvocation"] | components["schemas"]["ImageToLatentsInvocation"] | components["schemas"]["CollectInvocation"];
+                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["ImgResizeInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2ModelLoaderInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"] | components["schemas"]["QwenImageModelLoaderInvocation"] | components["schemas"]["QwenImageTextEncoderInvocation"] | components["schemas"]["QwenImageDenoiseInvocation"] | components["schemas"]["QwenImageLatentsToImageInvocation"] | components["schemas"]["QwenImageImageToLatentsInvocation"] | components["schemas"]["CoreMetadataInvocation"] | components["schemas"]["MainModelLoaderInvocation"] | components["schemas"]["SDXLModelLoaderInvocation"] | components["schemas"]["VAELoaderInvocation"] | components["schemas"]["CLIPSkipInvocation"] | components["schemas"]["CompelInvocation"] | components["schemas"]["SDXLCompelPromptInvocation"] | components["schemas"]["NoiseInvocation"] | components["schemas"]["DenoiseLatentsInvocation"] | components["schemas"]["LatentsToImageInvocation"] | components["schemas"]["ImageToLatentsInvocation"] | components["schemas"]["CollectInvocation"];
             };
             /**
              * Edges
@@ -3661,7 +3661,7 @@ export interface components {
              * @description Prepared node id (here the node's id) -> that node's output, for each node that ran.
              */
             results: {
-                [key: string]: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
+                [key: string]: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["QwenImageModelLoaderOutput"] | components["schemas"]["QwenImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             };
             /**
              * Errors
@@ -4238,7 +4238,7 @@ export interface components {
              * Result
              * @description The node's output, as in the item's session results.
              */
-            result: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
+            result: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["QwenImageModelLoaderOutput"] | components["schemas"]["QwenImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             /**
              * Invocation Source Id
              * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
@@ -5151,7 +5151,7 @@ export interface components {
              * @description This server's model family: which nodes can use it.
              * @enum {string}
              */
-            family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image";
+            family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image" | "qwen-image";
             /**
              * Size
              * @description Bytes on disk (as file_size).
@@ -6103,9 +6103,196 @@ export interface components {
             }[];
         };
         /**
+         * QwenImageConditioningField
+         * @description A prompt encoded by qwen_image_text_encoder, held in the tensor store.
+         */
+        QwenImageConditioningField: {
+            /**
+             * Conditioning Name
+             * @description The name of the conditioning tensor in the tensor store
+             */
+            conditioning_name: string;
+        };
+        /** QwenImageConditioningOutput */
+        QwenImageConditioningOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "qwen_image_conditioning_output";
+            /** @description The conditioning */
+            conditioning: components["schemas"]["QwenImageConditioningField"];
+        };
+        /**
+         * QwenImageDenoiseInvocation
+         * @description Latents denoised by the Qwen-Image transformer with flow-matching Euler on the model's schedule: from noise
+         *     (text-to-image), or from `latents` (image-to-image) starting `denoising_start` of the way into the schedule.
+         *     A cfg_scale above 1 with a negative conditioning runs true classifier-free guidance (one scale, or one per
+         *     step). Reports every step with a small preview. `metadata` and `board` are InvokeAI's inputs on this node; it
+         *     makes latents, so they are unused.
+         */
+        QwenImageDenoiseInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "qwen_image_denoise";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description Latents to start from (qwen_image_i2l), for image-to-image; their size must match */
+            latents?: components["schemas"]["LatentsField"] | null;
+            /** @description Qwen-Image-Edit's reference latents; this server takes none yet (null) */
+            reference_latents?: components["schemas"]["LatentsField"] | null;
+            /**
+             * Denoise Mask
+             * @description InvokeAI's inpainting mask; this server has no Qwen-Image inpainting yet (null)
+             */
+            denoise_mask?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Denoising Start
+             * @description With latents: where in the schedule to start (0: from noise)
+             * @default 0
+             */
+            denoising_start: number;
+            /**
+             * Denoising End
+             * @description Where in the schedule to stop; only 1 (the end) is supported
+             * @default 1
+             */
+            denoising_end: number;
+            /** @description The transformer (qwen_image_model_loader) */
+            transformer?: components["schemas"]["TransformerField"];
+            /** @description What the image shows */
+            positive_conditioning?: components["schemas"]["QwenImageConditioningField"];
+            /** @description What the image avoids (the pipeline encodes " " when there is nothing to avoid) */
+            negative_conditioning?: components["schemas"]["QwenImageConditioningField"] | null;
+            /**
+             * Cfg Scale
+             * @description True classifier-free guidance (1 or less, or no negative conditioning: none), or one per step
+             * @default 4
+             */
+            cfg_scale: number | number[];
+            /**
+             * Width
+             * @description The width, a multiple of 16
+             * @default 1024
+             */
+            width: number;
+            /**
+             * Height
+             * @description The height, a multiple of 16
+             * @default 1024
+             */
+            height: number;
+            /**
+             * Steps
+             * @description The number of denoising steps
+             * @default 40
+             */
+            steps: number;
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /**
+             * Shift
+             * @description A fixed schedule shift instead of the model's resolution-dependent one (unset: the model's)
+             */
+            shift?: number | null;
+        };
+        /**
+         * QwenImageImageToLatentsInvocation
+         * @description Latents of an image (resized to width x height where given), sampled from the VAE posterior with the seed,
+         *     for image-to-image with qwen_image_denoise. Give qwen_image_denoise the same seed to get the image
+         *     QwenImageImg2ImgPipeline makes with that seed.
+         */
+        QwenImageImageToLatentsInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "qwen_image_i2l";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The image; its sides (or width and height) must be multiples of 16 */
+            image?: components["schemas"]["ImageField"];
+            /** @description The VAE (qwen_image_model_loader) */
+            vae?: components["schemas"]["VAEField"];
+            /**
+             * Tiled
+             * @description InvokeAI's tiled coding; this server codes whole (false)
+             * @default false
+             */
+            tiled: boolean;
+            /**
+             * Tile Size
+             * @description InvokeAI's tile size; unused while tiled is false
+             * @default 0
+             */
+            tile_size: number;
+            /**
+             * Width
+             * @description Resize the image to this width first (unset: as is)
+             */
+            width?: number | null;
+            /**
+             * Height
+             * @description Resize the image to this height first (unset: as is)
+             */
+            height?: number | null;
+            /**
+             * Seed
+             * @description The seed of the posterior sample
+             * @default 0
+             */
+            seed: number;
+        };
+        /**
          * QwenImageLatentsToImageInvocation
-         * @description The image the Qwen-Image VAE decodes from latents: InvokeAI's node for Qwen-Image latents, which its Krea-2
-         *     graphs decode with; here it decodes Krea-2's (this server has no Qwen-Image family).
+         * @description The image the Qwen-Image VAE decodes from latents: qwen_image_denoise's, or those of another family whose
+         *     graphs decode with this node (Krea-2's).
          */
         QwenImageLatentsToImageInvocation: {
             /**
@@ -6130,17 +6317,17 @@ export interface components {
              * @default true
              */
             use_cache: boolean;
-            /** @description Optional metadata to be saved with the image */
-            metadata?: components["schemas"]["MetadataField"] | null;
             /** @description The board to save the image to */
             board?: components["schemas"]["BoardField"] | null;
-            /** @description The latents to decode (krea2_denoise) */
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The latents to decode (qwen_image_denoise, krea2_denoise) */
             latents?: components["schemas"]["LatentsField"];
-            /** @description The VAE (krea2_model_loader) */
+            /** @description The VAE (qwen_image_model_loader, krea2_model_loader) */
             vae?: components["schemas"]["VAEField"];
             /**
              * Tiled
-             * @description InvokeAI's tiled decoding; this server decodes whole (false)
+             * @description InvokeAI's tiled coding; this server codes whole (false)
              * @default false
              */
             tiled: boolean;
@@ -6150,6 +6337,119 @@ export interface components {
              * @default 0
              */
             tile_size: number;
+        };
+        /**
+         * QwenImageModelLoaderInvocation
+         * @description A Qwen-Image model's transformer, Qwen2.5-VL encoder and VAE, for the other Qwen-Image nodes. The encoder and
+         *     VAE come from `qwen_vl_encoder_model` and `vae_model` when given, else from `component_source` where that is
+         *     set, else from the model itself or, for a lone transformer, from the installed Qwen-Image pipeline it is
+         *     paired with.
+         */
+        QwenImageModelLoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "qwen_image_model_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The Qwen-Image model or transformer file */
+            model?: components["schemas"]["ModelIdentifier"];
+            /** @description A model whose Qwen-Image VAE to use instead of the model's */
+            vae_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description A Qwen-Image model whose Qwen2.5-VL text encoder to use instead of the model's */
+            qwen_vl_encoder_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description A Qwen-Image pipeline to take the VAE and Qwen2.5-VL encoder from where vae_model and qwen_vl_encoder_model are unset (unset: the model's own, or the pipeline it is paired with) */
+            component_source?: components["schemas"]["ModelIdentifier"] | null;
+        };
+        /** QwenImageModelLoaderOutput */
+        QwenImageModelLoaderOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "qwen_image_model_loader_output";
+            /** @description The transformer (qwen_image_denoise) */
+            transformer: components["schemas"]["TransformerField"];
+            /** @description The Qwen2.5-VL encoder and its tokenizer (qwen_image_text_encoder) */
+            qwen_vl_encoder: components["schemas"]["QwenVLEncoderField"];
+            /** @description The VAE (qwen_image_l2i, qwen_image_i2l) */
+            vae: components["schemas"]["VAEField"];
+        };
+        /**
+         * QwenImageTextEncoderInvocation
+         * @description A prompt encoded by the Qwen2.5-VL text model: the last hidden state of the templated prompt, without the
+         *     template's system prefix, for qwen_image_denoise's positive or negative conditioning (the pipeline's negative
+         *     default is " ").
+         */
+        QwenImageTextEncoderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "qwen_image_text_encoder";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Prompt
+             * @description The prompt
+             */
+            prompt?: string;
+            /**
+             * Reference Images
+             * @description Qwen-Image-Edit's reference images; this server takes none yet ([])
+             * @default []
+             */
+            reference_images: components["schemas"]["ImageField"][];
+            /** @description The Qwen2.5-VL encoder (qwen_image_model_loader) */
+            qwen_vl_encoder?: components["schemas"]["QwenVLEncoderField"];
+            /**
+             * Quantization
+             * @description InvokeAI's encoder quantization; this server runs it as stored
+             * @default none
+             * @enum {string}
+             */
+            quantization: "none" | "int8" | "nf4";
+        };
+        /**
+         * QwenVLEncoderField
+         * @description InvokeAI's handle on a Qwen2.5-VL encoder and its tokenizer.
+         */
+        QwenVLEncoderField: {
+            /** @description The model whose tokenizer this is */
+            tokenizer: components["schemas"]["ModelIdentifier"];
+            /** @description The model whose Qwen2.5-VL text encoder this is */
+            text_encoder: components["schemas"]["ModelIdentifier"];
         };
         /**
          * RandomIntInvocation
@@ -11654,7 +11954,7 @@ export interface operations {
                 /** @description Only models of this format. */
                 model_format?: ("omi" | "diffusers" | "checkpoint" | "lycoris" | "onnx" | "olive" | "embedding_file" | "embedding_folder" | "invokeai" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "bnb_quantized_int8b" | "bnb_quantized_nf4b" | "gguf_quantized" | "external_api" | "sdnq_quantized" | "unknown") | null;
                 /** @description Only models of this family (this server's own). */
-                family?: ("sd-1" | "krea2" | "flux" | "sdxl" | "z-image") | null;
+                family?: ("sd-1" | "krea2" | "flux" | "sdxl" | "z-image" | "qwen-image") | null;
             };
             header?: never;
             path?: never;

@@ -12,7 +12,7 @@ Attention calls follow the diffusers/transformers code paths, read off the compo
   so a call's batch is the images per call, not doubled.
 - AutoencoderKLQwenImage decode: `attn_scales` only adds attention to encoder down blocks; the mid block always
   has one single-head attention as wide as the deepest block (384 in the real Qwen-Image VAE) over the latent
-  pixels of each frame, so decode makes one call per image.
+  pixels of each frame, so decode makes one call per image (invokeai/backend/cache/causal_vae.py).
 
 Activation terms (B: batch; item: element size; f32: 4 bytes for what runs in fp32 whatever the dtype; D, I:
 hidden and MLP widths; H: query heads x head_dim; T: prompt tokens; L = T + 34; K: tapped layers; N = T + image):
@@ -23,10 +23,8 @@ hidden and MLP widths; H: query heads x head_dim; T: prompt tokens; L = T + 34; 
 - transformer: B x max(T K x fusion block, N x main block + T K text_dim item), a block's peak per token being
   max(attention 7 W item + W f32, feed-forward 2 W item + W f32 + 4 I item); main blocks add their time-modulated
   input (W item) and fp32 rotary temporaries (3 W f32) to attention. x 1.0.
-- VAE decode: a walk over the decoder (mid block, up blocks, head) keeps, beside each step's working set, the
-  one-frame clone every causal 3-D convolution stores in its feature cache (alive until the decode ends); a
-  resnet's causal conv pads its input to three frames and may copy it again (27 times in PyTorch's CPU
-  slow_conv3d, 3 in oneDNN's blocked layout, 0 on CUDA); upsampling runs in fp32. x 1.15.
+- VAE decode: the AutoencoderKLQwenImage walk (invokeai/backend/cache/causal_vae.py), which carries its own
+  calibration.
 The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU for the demo
 models (peak live bytes, fp32), so the estimate lies between 1.0 and 1.3 times the measurement. On CUDA the same
 formulas apply, unverified there until the script is run on a GPU.
@@ -34,8 +32,7 @@ formulas apply, unverified there until the script is run on a GPU.
 
 from __future__ import annotations
 
-import torch
-
+from invokeai.backend.cache import causal_vae
 from invokeai.backend.cache.estimate import (
     AttentionCall,
     CallFacts,
@@ -49,7 +46,6 @@ from invokeai.backend.families.krea2.constants import LATENT_SCALE, PATCH, PROMP
 ACTIVATION_FACTOR = {
     "text_encoder": 1.0,
     "transformer": 1.0,
-    "vae_decode": 1.15,
 }
 
 
@@ -163,58 +159,8 @@ def transformer(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
 # --- VAE decode ---------------------------------------------------------------------------------------------
 
 
-def _conv3d_input_copies(facts: CallFacts) -> int:
-    """Extra copies of a 3x3x3 conv3d's padded input, per input channel and output pixel. PyTorch's CPU slow_conv3d
-    (one fp32 image, and every 16-bit batch) unfolds it into a 27-times buffer; oneDNN (fp32 batches) reorders the
-    three padded frames into its blocked layout. CUDA's kernels need neither."""
-    if facts.device.type != "cpu":
-        return 0
-    return 27 if facts.batch == 1 or facts.dtype != torch.float32 else 3
-
-
-def _causal_resnet(c_in: int, c_out: int, copies: int) -> tuple[int, int]:
-    """(peak elements per pixel, elements per pixel left in the feature cache) of a QwenImageResidualBlock on one
-    frame: each causal conv pads its input to three frames (two zero frames in front), caches a clone of it, and
-    may copy it `copies` more times (see _conv3d_input_copies)."""
-    shortcut = c_out
-    first = shortcut + 2 * c_in + (3 + copies) * c_in + c_out
-    second = shortcut + 2 * c_out + (3 + copies) * c_out + c_out
-    return max(first, second), c_in + c_out
-
-
 def vae_decode(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
-    c = config_dict(config)
-    base, mult = c["base_dim"], list(c["dim_mult"])
-    dims = [base * m for m in [mult[-1], *reversed(mult)]]
-    item, f32 = facts.dtype.itemsize, fp32_bytes(facts.dtype)
-    h, w = facts.height // LATENT_SCALE, facts.width // LATENT_SCALE
-    pixels = h * w
-    copies = _conv3d_input_copies(facts)
-    # Elements per batch entry: what the feature cache holds so far, and the peak of cache plus working set.
-    cache = c["z_dim"] * pixels  # conv_in's clone of the latent frame
-    resnet_peak, cached = _causal_resnet(dims[0], dims[0], copies)
-    peak = cache + resnet_peak * pixels
-    cache += 2 * cached * pixels  # the mid block's two resnets
-    # Mid attention: norm, qkv and its contiguous copy, output, its reshaped copy, projection.
-    peak = max(peak, cache + 10 * dims[0] * pixels)
-    hidden = dims[0]
-    blocks = len(mult)
-    for i in range(blocks):
-        for _ in range(c["num_res_blocks"] + 1):
-            resnet_peak, cached = _causal_resnet(hidden, dims[i + 1], copies)
-            peak = max(peak, cache + resnet_peak * pixels)
-            cache += cached * pixels
-            hidden = dims[i + 1]
-        if i < blocks - 1:
-            # QwenImageUpsample interpolates in fp32 and casts back, then a 3x3 conv halves the channels.
-            upcast = hidden * 4 * pixels * (f32 + (item if item != f32 else 0)) // item
-            peak = max(peak, cache + hidden * pixels + upcast + hidden // 2 * 4 * pixels)
-            pixels, hidden = 4 * pixels, hidden // 2
-    # Head: norm, activation, the padded copy (and its copies) and conv_out's output, beside the block output.
-    peak = max(peak, cache + ((6 + copies) * hidden + c.get("input_channels", 3)) * pixels)
-    activation = _scaled("vae_decode", facts.batch * peak * item)
-    call = AttentionCall(num_heads=facts.batch, query_len=h * w, key_len=h * w, head_dim=dims[0])
-    return WorkingMemory(activation, [call])
+    return causal_vae.vae_decode(config, facts, LATENT_SCALE)
 
 
 ESTIMATORS = {

@@ -5,15 +5,14 @@ seed, steps and size the image is the pipeline's. The denoise loop also carries 
 the grouped-query processor (`krea2_attention`), the INVOKE_KREA2_SDPA_BACKEND window (read once per generation)
 and the per-step benchmark that variable turns on.
 
-Imports only torch and diffusers at module level (Pillow only in `vae_decode` and `preview_projection`), so the GPU
-benchmark can use it.
+Imports only torch and diffusers at module level (Pillow only in `vae_decode` and `preview_projection`, through
+`generation.normalized_latents`), so the GPU benchmark can use it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,12 +30,11 @@ from invokeai.backend.families.krea2.constants import (
     TEMPLATE_PREFIX_TOKENS,
     TEMPLATE_SUFFIX_TOKENS,
 )
+from invokeai.backend.generation import normalized_latents
 from invokeai.backend.generation.steps import StepCallback, fresh_scheduler, seeded_generator, seeded_noise
 
 if TYPE_CHECKING:
     from PIL import Image
-
-    from invokeai.backend.generation.preview import RgbProjection
 
 # A benchmarking and support override, read once per generation: unset (the default) is the installed ranked
 # list; a mode of `invokeai.backend.attention.benchmarking.WINDOW_MODES` opens that window for the whole generation
@@ -256,46 +254,11 @@ def denoise(
     return unpack_latents(latents, height, width, patch_size)
 
 
-@torch.inference_mode()
 def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
     """The RGB image the pipeline returns for these (unpacked) latents."""
-    from diffusers.image_processor import VaeImageProcessor
-
-    z_dim = vae.config.z_dim
-    latents = latents.to(device=vae.device, dtype=vae.dtype).unsqueeze(2)  # one video frame
-    mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(latents.device, latents.dtype)
-    # Divided by the reciprocal, as the pipeline does, so the rounding is the same.
-    inverse_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(latents.device, latents.dtype)
-    decoded = vae.decode(latents / inverse_std + mean, return_dict=False)[0][:, :, 0]
-    return VaeImageProcessor(vae_scale_factor=VAE_SCALE_FACTOR).postprocess(decoded, output_type="pil")[0]
+    return normalized_latents.decode(vae, latents, VAE_SCALE_FACTOR)[0]
 
 
-# One fitted preview map per VAE module, dropped with the module when the model cache lets it go.
-_PREVIEW_MAPS: weakref.WeakKeyDictionary[Any, RgbProjection] = weakref.WeakKeyDictionary()
-
-
-def known_preview_projection(vae: Any) -> RgbProjection | None:
-    """The map `preview_projection` fitted for this VAE module earlier, if it did."""
-    return _PREVIEW_MAPS.get(vae)
-
-
-@torch.inference_mode()
-def preview_projection(vae: Any) -> RgbProjection:
-    """The map from denoiser latents to preview RGB for this Qwen-Image VAE, fitted on first use (no published map
-    exists for this latent space; see `generation.preview`) where the VAE is: the caller puts it on the execution
-    device with working memory for FIT_COLOURS images of FIT_SIZE pixels."""
-    from invokeai.backend.generation.preview import fit_rgb_projection
-
-    projection = _PREVIEW_MAPS.get(vae)
-    if projection is None:
-        z_dim = vae.config.z_dim
-        mean = torch.tensor(vae.config.latents_mean, dtype=torch.float32).view(1, z_dim, 1, 1)
-        std = torch.tensor(vae.config.latents_std, dtype=torch.float32).view(1, z_dim, 1, 1)
-
-        def encode(images: torch.Tensor) -> torch.Tensor:
-            frames = images.to(device=vae.device, dtype=vae.dtype).unsqueeze(2)  # one video frame
-            z = vae.encode(frames).latent_dist.mode()[:, :, 0].float().cpu()
-            return (z - mean) / std  # the normalised latents the transformer denoises
-
-        projection = _PREVIEW_MAPS[vae] = fit_rgb_projection(encode)
-    return projection
+# The step-preview map is fitted to the VAE, the same way for every VAE of its kind.
+known_preview_projection = normalized_latents.known_preview_projection
+preview_projection = normalized_latents.preview_projection

@@ -12,16 +12,7 @@ from invokeai.backend.families.krea2.constants import (
     TEMPLATE_PREFIX_TOKENS,
     TEMPLATE_SUFFIX_TOKENS,
 )
-from invokeai.backend.models.tiny_tokenizers import byte_alphabet, chain_merges, encode_word, vocab_from
-
-QWEN_SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-)
+from invokeai.backend.models.tiny_tokenizers import build_qwen2_tokenizer
 
 # Words that become single tokens. In Qwen's BPE a leading space belongs to the word: the template's words that
 # start a line have none, all others do.
@@ -34,19 +25,7 @@ _QWEN_WORDS = (
 
 def build_qwen_tokenizer(model_max_length: int = 1024) -> Qwen2Tokenizer:
     """A Qwen2 tokenizer whose Krea-2 template prefix and suffix encode to the lengths the pipeline assumes."""
-    table = byte_alphabet()
-    # Space-led words' merges rank first: BPE applies the lowest-ranked pair anywhere in a word, so a line-start
-    # word's first merge (say "u"+"s") ranked above them would fire inside a longer word and break its chain.
-    words = [encode_word(" " + word, table) for word in _QWEN_WORDS.split()]
-    words += [encode_word(word, table) for word in _QWEN_LINE_START_WORDS.split()]
-    merges = chain_merges(words)
-    vocab = vocab_from(list(table.values()), merges, QWEN_SPECIAL_TOKENS)
-    tokenizer = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=merges,
-        model_max_length=model_max_length,
-        extra_special_tokens=list(QWEN_SPECIAL_TOKENS[1:]),
-    )
+    tokenizer = build_qwen2_tokenizer(_QWEN_WORDS, _QWEN_LINE_START_WORDS, model_max_length)
     check_template(tokenizer)
     return tokenizer
 

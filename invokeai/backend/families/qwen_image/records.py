@@ -1,0 +1,15 @@
+"""How InvokeAI's records describe a Qwen-Image model: the `generate` variant (text-to-image and image-to-image; the
+Edit models are InvokeAI's `edit`), and the pipeline's recommended steps, CFG and size."""
+
+from __future__ import annotations
+
+from invokeai.backend.families.family import ModelOnDisk, RecordFacts
+from invokeai.backend.families.qwen_image.constants import SIDE, STEPS, TRUE_CFG_SCALE
+
+DEFAULTS = {"steps": STEPS, "cfg_scale": TRUE_CFG_SCALE, "width": SIDE, "height": SIDE}
+
+
+def describe(model: ModelOnDisk) -> RecordFacts:
+    if model.type not in ("main", "transformer"):
+        return RecordFacts()  # a lone text encoder or VAE: InvokeAI records no variant for them
+    return RecordFacts(variant="generate", default_settings=DEFAULTS)
