@@ -254,7 +254,7 @@ def test_krea2_pipeline_options_reach_its_nodes(invoke: Nodes, folders: dict[str
     the SDXL flags use, make Krea2Pipeline's image."""
     from diffusers import Krea2Pipeline
 
-    from invokeai.app.nodes import krea2
+    from invokeai.app.nodes import krea2, qwen_image
 
     loaded = invoke(krea2.Krea2ModelLoaderInvocation(id="node", model={"name": "krea2-distilled"}))
     encoder = loaded.qwen3_vl_encoder
@@ -273,7 +273,7 @@ def test_krea2_pipeline_options_reach_its_nodes(invoke: Nodes, folders: dict[str
             seed=SEED,
         )
     ).latents
-    decoded = invoke(krea2.QwenImageLatentsToImageInvocation(id="node", vae=loaded.vae, latents=denoised))
+    decoded = invoke(qwen_image.QwenImageLatentsToImageInvocation(id="node", vae=loaded.vae, latents=denoised))
     served = invoke.image(decoded)
     pipe = Krea2Pipeline.from_pretrained(folders["krea2-distilled"], torch_dtype=torch.float32, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
