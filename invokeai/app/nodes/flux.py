@@ -44,6 +44,7 @@ from invokeai.app.nodes.model_use import (
     start_latents,
     step_reporter,
 )
+from invokeai.app.nodes.unsupported_inputs import unsupported
 from invokeai.app.services.model_records import ModelRecord
 from invokeai.backend.families.flux.constants import default_t5_tokens
 from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
@@ -58,18 +59,6 @@ VAE_ENCODE_SEED = 0  # InvokeAI's flux_vae_encode samples the VAE posterior with
 
 SchedulerName = Literal["euler", "heun", "lcm"]  # InvokeAI's FLUX schedulers (generation.SAMPLERS)
 DyPEPreset = Literal["off", "manual", "auto", "area", "4k"]
-
-
-def _unsupported(what: str, allowed: str = "null") -> AfterValidator:
-    """An input InvokeAI has for a feature this server lacks: its empty value passes, any other is refused with
-    what is missing (rather than run without what the client asked for). Pydantic's error names the input."""
-
-    def check(value: Any) -> Any:
-        if value is not None and value != []:
-            raise ValueError(f"{what} is not supported by this server yet; send {allowed}")
-        return value
-
-    return AfterValidator(check)
 
 
 def _dype_off(value: str) -> str:
@@ -98,7 +87,7 @@ class FluxConditioningField(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     conditioning_name: str = Field(description="The name of the conditioning tensors in the tensor store")
-    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = Field(
+    mask: Annotated[TensorField | None, unsupported("a regional prompt mask")] = Field(
         default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
     )
 
@@ -180,7 +169,7 @@ class FluxTextEncoderInvocation(FluxNode):
     prompt_2: str | None = InputField(
         default=None, description="This server's addition: a different prompt for T5 (default: the prompt)"
     )
-    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = InputField(
+    mask: Annotated[TensorField | None, unsupported("a regional prompt mask")] = InputField(
         default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
     )
 
@@ -236,10 +225,10 @@ class FluxDenoiseInvocation(FluxNode):
     latents: LatentsField | None = InputField(
         default=None, description="Latents to start from (flux_vae_encode), for image-to-image; their size must match"
     )
-    noise: Annotated[LatentsField | None, _unsupported("noise from another node")] = InputField(
+    noise: Annotated[LatentsField | None, unsupported("noise from another node")] = InputField(
         default=None, description="InvokeAI's noise input; this server draws InvokeAI's noise from the seed (null)"
     )
-    denoise_mask: Annotated[_Handle | None, _unsupported("inpainting (a denoise mask)")] = InputField(
+    denoise_mask: Annotated[_Handle | None, unsupported("inpainting (a denoise mask)")] = InputField(
         default=None, description="InvokeAI's inpainting mask; this server has no inpainting yet (null)"
     )
     denoising_start: float = InputField(
@@ -248,7 +237,7 @@ class FluxDenoiseInvocation(FluxNode):
     denoising_end: float = InputField(default=1.0, ge=0.0, le=1.0, description="Where in the schedule to stop")
     add_noise: bool = InputField(default=True, description="With latents: noise them to denoising_start first")
     transformer: TransformerField = InputField(description="The transformer (flux_model_loader)")
-    control_lora: Annotated[_Handle | None, _unsupported("a control LoRA")] = InputField(
+    control_lora: Annotated[_Handle | None, unsupported("a control LoRA")] = InputField(
         default=None, description="InvokeAI's control LoRA; this server takes none yet (null)"
     )
     positive_text_conditioning: Annotated[Conditionings, AfterValidator(_one_prompt)] = InputField(
@@ -257,10 +246,10 @@ class FluxDenoiseInvocation(FluxNode):
     negative_text_conditioning: Annotated[Conditionings | None, AfterValidator(_at_most_one_prompt)] = InputField(
         default=None, description="What the image avoids, for a cfg_scale other than 1 (flux_text_encoder)"
     )
-    redux_conditioning: Annotated[_Handles | None, _unsupported("FLUX Redux", "null or []")] = InputField(
+    redux_conditioning: Annotated[_Handles | None, unsupported("FLUX Redux", "null or []")] = InputField(
         default=None, description="InvokeAI's FLUX Redux conditioning; this server takes none yet"
     )
-    fill_conditioning: Annotated[_Handle | None, _unsupported("FLUX Fill")] = InputField(
+    fill_conditioning: Annotated[_Handle | None, unsupported("FLUX Fill")] = InputField(
         default=None, description="InvokeAI's FLUX Fill conditioning; this server takes none yet (null)"
     )
     cfg_scale: float | Annotated[list[float], Field(max_length=MAX_STEPS)] = InputField(
@@ -285,17 +274,17 @@ class FluxDenoiseInvocation(FluxNode):
         description="The guidance embedding of a guidance-distilled model (dev); schnell has none and ignores it",
     )
     seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the noise")
-    control: Annotated[_Handles | None, _unsupported("ControlNet", "null or []")] = InputField(
+    control: Annotated[_Handles | None, unsupported("ControlNet", "null or []")] = InputField(
         default=None, description="InvokeAI's ControlNets; this server takes none yet"
     )
     controlnet_vae: VAEField | None = InputField(
         default=None,
         description="The VAE InvokeAI encodes control images with (flux_model_loader); used here for step previews",
     )
-    ip_adapter: Annotated[_Handles | None, _unsupported("an IP-adapter", "null or []")] = InputField(
+    ip_adapter: Annotated[_Handles | None, unsupported("an IP-adapter", "null or []")] = InputField(
         default=None, description="InvokeAI's IP-adapters; this server takes none yet"
     )
-    kontext_conditioning: Annotated[_Handles | None, _unsupported("FLUX Kontext", "null or []")] = InputField(
+    kontext_conditioning: Annotated[_Handles | None, unsupported("FLUX Kontext", "null or []")] = InputField(
         default=None, description="InvokeAI's FLUX Kontext reference images; this server takes none yet"
     )
     dype_preset: Annotated[DyPEPreset, AfterValidator(_dype_off)] = InputField(

@@ -44,6 +44,7 @@ from invokeai.app.nodes.model_use import (
     provider,
     step_reporter,
 )
+from invokeai.app.nodes.unsupported_inputs import only, unsupported
 from invokeai.app.services.model_records import ModelRecord
 from invokeai.backend.families.krea2.constants import CONSTANTS, NAME, PROMPT_TOKENS
 from invokeai.backend.families.krea2.descriptor import FAMILY as KREA2
@@ -55,29 +56,6 @@ MAX_STEPS = 1000  # bounded work per request; InvokeAI sets no bound
 
 CONDITIONING = TensorKind("conditioning", ("krea2_embeds", "krea2_mask"), "krea2_text_encoder")
 LATENTS = TensorKind("latents", ("krea2_latents",), "krea2_denoise")
-
-
-def _unsupported(what: str, allowed: str = "null") -> AfterValidator:
-    """An input InvokeAI has for a feature this server lacks: its empty value passes, any other is refused with
-    what is missing (rather than run without what the client asked for). Pydantic's error names the input."""
-
-    def check(value: Any) -> Any:
-        if value is not None and value != []:
-            raise ValueError(f"{what} is not supported by this server yet; send {allowed}")
-        return value
-
-    return AfterValidator(check)
-
-
-def _only(expected: Any, what: str) -> AfterValidator:
-    """An input whose only supported value is InvokeAI's default (the others need a feature this server lacks)."""
-
-    def check(value: Any) -> Any:
-        if value != expected:
-            raise ValueError(f"{what} is not supported by this server yet; send {expected!r}")
-        return value
-
-    return AfterValidator(check)
 
 
 # InvokeAI's handles for the features this server lacks, taken as free-form objects: only null is accepted, so
@@ -109,7 +87,7 @@ class Krea2ConditioningField(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     conditioning_name: str = Field(description="The name of the conditioning tensors in the tensor store")
-    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = Field(
+    mask: Annotated[TensorField | None, unsupported("a regional prompt mask")] = Field(
         default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
     )
 
@@ -178,7 +156,7 @@ class Krea2TextEncoderInvocation(Krea2Node):
 
     type: Literal["krea2_text_encoder"] = "krea2_text_encoder"
     prompt: str = InputField(description="The prompt")
-    mask: Annotated[TensorField | None, _unsupported("a regional prompt mask")] = InputField(
+    mask: Annotated[TensorField | None, unsupported("a regional prompt mask")] = InputField(
         default=None, description="InvokeAI's regional prompt mask; this server takes none yet (null)"
     )
     qwen3_vl_encoder: Qwen3VLEncoderField = InputField(description="The Qwen3-VL encoder (krea2_model_loader)")
@@ -237,16 +215,16 @@ class Krea2DenoiseInvocation(Krea2Node):
     type: Literal["krea2_denoise"] = "krea2_denoise"
     metadata: MetadataField | None = metadata_input()
     board: BoardField | None = board_input()
-    latents: Annotated[LatentsField | None, _unsupported("Krea-2 image-to-image (latents)")] = InputField(
+    latents: Annotated[LatentsField | None, unsupported("Krea-2 image-to-image (latents)")] = InputField(
         default=None, description="InvokeAI's latents for image-to-image; this server has none for Krea-2 yet (null)"
     )
-    denoise_mask: Annotated[_Handle | None, _unsupported("inpainting (a denoise mask)")] = InputField(
+    denoise_mask: Annotated[_Handle | None, unsupported("inpainting (a denoise mask)")] = InputField(
         default=None, description="InvokeAI's inpainting mask; this server has no inpainting yet (null)"
     )
-    denoising_start: Annotated[float, _only(0.0, "Krea-2 image-to-image (denoising_start)")] = InputField(
+    denoising_start: Annotated[float, only(0.0, "Krea-2 image-to-image (denoising_start)")] = InputField(
         default=0.0, ge=0.0, le=1.0, description="Where in the schedule to start; only 0 (from noise) is supported"
     )
-    denoising_end: Annotated[float, _only(1.0, "stopping the schedule early (denoising_end)")] = InputField(
+    denoising_end: Annotated[float, only(1.0, "stopping the schedule early (denoising_end)")] = InputField(
         default=1.0, ge=0.0, le=1.0, description="Where in the schedule to stop; only 1 (the end) is supported"
     )
     transformer: TransformerField = InputField(description="The transformer (krea2_model_loader)")
@@ -270,10 +248,10 @@ class Krea2DenoiseInvocation(Krea2Node):
         description="The schedule's shift (mu); unset or 0: the model's (fixed for the distilled model, else "
         "resolution-dependent)",
     )
-    style_reference: Annotated[_Handle | None, _unsupported("Krea-2 style reference")] = InputField(
+    style_reference: Annotated[_Handle | None, unsupported("Krea-2 style reference")] = InputField(
         default=None, description="InvokeAI's style reference; this server takes none yet (null)"
     )
-    style_reference_conditioning: Annotated[Krea2ConditioningField | None, _unsupported("a style-reference prompt")] = (
+    style_reference_conditioning: Annotated[Krea2ConditioningField | None, unsupported("a style-reference prompt")] = (
         InputField(default=None, description="InvokeAI's style-reference prompt; this server takes none yet (null)")
     )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, ImageField, InputField, InvocationContext, OutputField
 from invokeai.app.nodes.family_nodes import FamilyNode, latents_kinds_decoded_by, size_input
@@ -41,6 +41,7 @@ from invokeai.app.nodes.model_use import (
     start_latents,
     step_reporter,
 )
+from invokeai.app.nodes.unsupported_inputs import only, unsupported
 from invokeai.app.services.model_records import ModelRecord
 from invokeai.backend.families import FAMILIES
 from invokeai.backend.families.qwen_image.constants import NAME, TRUE_CFG_SCALE
@@ -51,29 +52,6 @@ LATENTS = TensorKind("latents", ("qwen_image_latents",), "qwen_image_denoise or 
 MAX_STEPS = 1000  # bounded work per request; InvokeAI sets no bound
 INVOKEAI_STEPS = 40  # InvokeAI's qwen_image_denoise default (QwenImagePipeline's is 50: the records' defaults)
 TILED_NOTE = "InvokeAI's tiled coding; this server codes whole (false)"
-
-
-def _unsupported(what: str, allowed: str = "null") -> AfterValidator:
-    """An input InvokeAI has for a feature this server lacks: its empty value passes, any other is refused with
-    what is missing (rather than run without what the client asked for). Pydantic's error names the input."""
-
-    def check(value: Any) -> Any:
-        if value is not None and value != []:
-            raise ValueError(f"{what} is not supported by this server yet for Qwen-Image; send {allowed}")
-        return value
-
-    return AfterValidator(check)
-
-
-def _only(expected: Any, what: str) -> AfterValidator:
-    """An input whose only supported value is InvokeAI's default (the others need a feature this server lacks)."""
-
-    def check(value: Any) -> Any:
-        if value != expected:
-            raise ValueError(f"{what} is not supported by this server yet; send {expected!r}")
-        return value
-
-    return AfterValidator(check)
 
 
 class QwenImageNode(FamilyNode):
@@ -175,11 +153,11 @@ class QwenImageTextEncoderInvocation(QwenImageNode):
 
     type: Literal["qwen_image_text_encoder"] = "qwen_image_text_encoder"
     prompt: str = InputField(description="The prompt")
-    reference_images: Annotated[list[ImageField], _unsupported("Qwen-Image-Edit's reference images", "[]")] = (
-        InputField(default=[], description="Qwen-Image-Edit's reference images; this server takes none yet ([])")
+    reference_images: Annotated[list[ImageField], unsupported("Qwen-Image-Edit's reference images", "[]")] = InputField(
+        default=[], description="Qwen-Image-Edit's reference images; this server takes none yet ([])"
     )
     qwen_vl_encoder: QwenVLEncoderField = InputField(description="The Qwen2.5-VL encoder (qwen_image_model_loader)")
-    quantization: Annotated[Literal["none", "int8", "nf4"], _only("none", "quantizing the encoder (quantization)")] = (
+    quantization: Annotated[Literal["none", "int8", "nf4"], only("none", "quantizing the encoder (quantization)")] = (
         InputField(default="none", description="InvokeAI's encoder quantization; this server runs it as stored")
     )
 
@@ -210,16 +188,16 @@ class QwenImageDenoiseInvocation(QwenImageNode):
     latents: LatentsField | None = InputField(
         default=None, description="Latents to start from (qwen_image_i2l), for image-to-image; their size must match"
     )
-    reference_latents: Annotated[LatentsField | None, _unsupported("Qwen-Image-Edit's reference latents")] = InputField(
+    reference_latents: Annotated[LatentsField | None, unsupported("Qwen-Image-Edit's reference latents")] = InputField(
         default=None, description="Qwen-Image-Edit's reference latents; this server takes none yet (null)"
     )
-    denoise_mask: Annotated[dict[str, Any] | None, _unsupported("inpainting (a denoise mask)")] = InputField(
+    denoise_mask: Annotated[dict[str, Any] | None, unsupported("inpainting (a denoise mask)")] = InputField(
         default=None, description="InvokeAI's inpainting mask; this server has no Qwen-Image inpainting yet (null)"
     )
     denoising_start: float = InputField(
         default=0.0, ge=0.0, le=1.0, description="With latents: where in the schedule to start (0: from noise)"
     )
-    denoising_end: Annotated[float, _only(1.0, "stopping the schedule early (denoising_end)")] = InputField(
+    denoising_end: Annotated[float, only(1.0, "stopping the schedule early (denoising_end)")] = InputField(
         default=1.0, ge=0.0, le=1.0, description="Where in the schedule to stop; only 1 (the end) is supported"
     )
     transformer: TransformerField = InputField(description="The transformer (qwen_image_model_loader)")
@@ -311,7 +289,7 @@ class QwenImageLatentsToImageInvocation(QwenImageNode):
     metadata: MetadataField | None = metadata_input()
     latents: LatentsField = InputField(description="The latents to decode (qwen_image_denoise, krea2_denoise)")
     vae: VAEField = InputField(description="The VAE (qwen_image_model_loader, krea2_model_loader)")
-    tiled: Annotated[bool, _only(False, "tiled decoding (tiled)")] = InputField(default=False, description=TILED_NOTE)
+    tiled: Annotated[bool, only(False, "tiled decoding (tiled)")] = InputField(default=False, description=TILED_NOTE)
     tile_size: int = InputField(
         default=0, ge=0, le=8192, multiple_of=8, description="InvokeAI's tile size; unused while tiled is false"
     )
@@ -342,7 +320,7 @@ class QwenImageImageToLatentsInvocation(QwenImageNode):
     metadata: MetadataField | None = metadata_input()
     image: ImageField = InputField(description="The image; its sides (or width and height) must be multiples of 16")
     vae: VAEField = InputField(description="The VAE (qwen_image_model_loader)")
-    tiled: Annotated[bool, _only(False, "tiled encoding (tiled)")] = InputField(default=False, description=TILED_NOTE)
+    tiled: Annotated[bool, only(False, "tiled encoding (tiled)")] = InputField(default=False, description=TILED_NOTE)
     tile_size: int = InputField(
         default=0, ge=0, le=8192, multiple_of=8, description="InvokeAI's tile size; unused while tiled is false"
     )
