@@ -604,8 +604,15 @@ class SessionQueue:
             # commit unseen, end_dropped ends it).
             for row in rows:
                 self._claims[int(row["item_id"])] = str(row["claim_token"])
-        self._publish_changes(rows)
-        return self._items(rows)[0] if rows else None
+        try:
+            self._publish_changes(rows)
+            return self._items(rows)[0] if rows else None
+        except BaseException:
+            # The claim committed, but its item could not be read back (the database went away in between): no
+            # worker runs it, so its lease must not be renewed; end_dropped ends it once the database answers.
+            for row in rows:
+                self.release(int(row["item_id"]))
+            raise
 
     def _affine_item(self, cursor: Cursor, on_device: frozenset[str]) -> int | None:
         """The item to prefer among the next pending ones of the highest priority (read, not locked: the claim

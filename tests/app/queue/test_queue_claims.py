@@ -4,11 +4,13 @@ an expired lease canceled or requeued; a live server's items left alone; the pau
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,7 +25,12 @@ from invokeai.app.services.postgres import PostgresDatabase
 from invokeai.app.services.queue_leases import LeaseKeeper
 from invokeai.app.services.queue_models import Batch
 from invokeai.app.services.session_processor import SessionProcessor
-from invokeai.app.services.session_queue import LEASE_EXPIRED_REASON, RESTART_REASON, SessionQueue
+from invokeai.app.services.session_queue import (
+    DATABASE_UNREACHABLE_REASON,
+    LEASE_EXPIRED_REASON,
+    RESTART_REASON,
+    SessionQueue,
+)
 from invokeai.app.services.sqlite import SqliteDatabase
 
 MakeServer = Callable[..., SessionQueue]
@@ -187,6 +194,30 @@ def test_only_the_items_a_worker_runs_now_are_renewed_and_a_dropped_one_is_recov
     assert queue.get("default", dropped.item_id).cancel_reason == LEASE_EXPIRED_REASON
     assert queue.complete(running.item_id, {})
     assert queue.running_here() == {}
+
+
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_a_claim_whose_item_cannot_be_read_back_is_not_kept_and_ends_with_the_reason(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database goes away between the claim's commit and the read of its graph (a restart at that moment): the
+    # worker never gets the item. Were the claim kept, its lease would be renewed for ever with no worker on it.
+    queue = SessionQueue(db, EventBus(), 100, lease_seconds=30.0)
+    queue.enqueue_batch("default", integer_batch(runs=1))
+    lost = sqlite3.OperationalError if db.dialect == "sqlite" else psycopg.OperationalError
+
+    def read_back_fails(rows: Any) -> Any:
+        raise lost("terminating connection due to administrator command")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(queue, "_items", read_back_fails)
+        with pytest.raises(lost):
+            queue.dequeue(worker="w0")
+    assert queue.running_here() == {}
+    assert queue.renew_leases() == 0
+    assert queue.end_dropped() == 1
+    [item] = queue.list_all("default")
+    assert (item.status, item.cancel_reason) == ("canceled", DATABASE_UNREACHABLE_REASON)
 
 
 def _skew_this_hosts_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
