@@ -147,18 +147,36 @@ def test_importing_a_family_facing_module_leaves_the_registry_out() -> None:
     assert {name: found for name, found in loaded.items() if found} == {}
 
 
-@pytest.mark.parametrize("folder", FAMILY_DIRS, ids=lambda p: p.name)
-def test_a_familys_descriptor_imports_neither_the_registry_nor_another_family(folder: Path) -> None:
-    # The package's __init__ reads the registry lazily: a family importing `families.family` does not run it.
-    name = f"{FAMILIES_PACKAGE}.{folder.name}.descriptor"
+@pytest.fixture(scope="module")
+def descriptor_imports() -> dict[str, list[str]]:
+    """For each family: the modules of the families package that importing its descriptor loaded. One interpreter
+    for all of them (one each would cost a torch import per family): after each descriptor, the family modules it
+    loaded are dropped from sys.modules again, so the next descriptor finds none of them already imported."""
+    names = [f"{FAMILIES_PACKAGE}.{folder.name}.descriptor" for folder in FAMILY_DIRS]
     script = (
         "import importlib, json, sys\n"
-        f"importlib.import_module({name!r})\n"
-        f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({FAMILIES_PACKAGE!r} + '.'))))\n"
+        f"prefix = {FAMILIES_PACKAGE!r} + '.'\n"
+        "loaded = {}\n"
+        "for name in sys.argv[1:]:\n"
+        "    before = set(sys.modules)\n"
+        "    importlib.import_module(name)\n"
+        "    new = sorted(m for m in set(sys.modules) - before if m.startswith(prefix))\n"
+        "    loaded[name] = sorted(m for m in sys.modules if m.startswith(prefix))\n"
+        "    for module in new:\n"
+        "        del sys.modules[module]\n"
+        "print(json.dumps(loaded))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script, *names], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    loaded = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("folder", FAMILY_DIRS, ids=lambda p: p.name)
+def test_a_familys_descriptor_imports_neither_the_registry_nor_another_family(
+    folder: Path, descriptor_imports: dict[str, list[str]]
+) -> None:
+    # The package's __init__ reads the registry lazily: a family importing `families.family` does not run it.
+    loaded = descriptor_imports[f"{FAMILIES_PACKAGE}.{folder.name}.descriptor"]
     others = {f"{FAMILIES_PACKAGE}.registry"} | {f"{FAMILIES_PACKAGE}.{d.name}" for d in FAMILY_DIRS if d != folder}
     assert f"{FAMILIES_PACKAGE}.{folder.name}.descriptor" in loaded
     assert [m for m in loaded if m in others or m.rsplit(".", 1)[0] in others] == []
