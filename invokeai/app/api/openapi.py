@@ -1,6 +1,6 @@
 """The OpenAPI document, printed: `python -m invokeai.app.api.openapi > openapi.json`.
 
-openapi.json at the repository root is this output; tests/app/test_openapi.py fails when it is stale.
+openapi.json at the repository root is this output; tests/app/api/test_openapi_document.py fails when it is stale.
 """
 
 from __future__ import annotations

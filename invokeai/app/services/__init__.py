@@ -1,1 +1,2 @@
-"""The server's stateful services: the SQLite database, images, and (elsewhere) the session queue."""
+"""The server's stateful services: the database (SQLite or PostgreSQL), images, models, the session queue and its
+events."""

@@ -206,11 +206,6 @@ def call_counts_by_device() -> dict[str, dict[str, dict[str, int]]]:
     return merged
 
 
-def call_counts() -> dict[str, dict[str, int]]:
-    """{node type: {serving kernel: calls}}, every device's calls added up."""
-    return _summed(call_counts_by_device())
-
-
 def _summed(by_device: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
     merged: dict[str, dict[str, int]] = {}
     for per_device in by_device.values():

@@ -187,8 +187,8 @@ def denoise(
     uncond), from two batch-1 transformer calls; the negative conditioning is then required (the pipeline encodes ""
     by default). `guidance_scale` may also be one scale per step (InvokeAI's per-step CFG): steps at 0 run the
     conditional call only. `mu` overrides the schedule's shift (the default: the distilled model's fixed mu, else
-    the resolution-dependent one). `scheduler` is one from `invokeai.backend.models.krea2.make_scheduler` (a fresh
-    copy is used).
+    the resolution-dependent one). `scheduler` is one from the family's `make_scheduler`
+    (krea2/scheduler.py; a fresh copy is used).
     INVOKE_KREA2_SDPA_BACKEND is read once here; `benchmark` replaces the step benchmark that variable would build
     (the GPU benchmark passes its own). `on_step(step, total, latents)` gets unpacked latents after every step.
     """

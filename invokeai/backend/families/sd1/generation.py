@@ -88,10 +88,10 @@ def denoise(
 ) -> torch.Tensor:
     """Denoised latents (1, 4, height/8, width/8), ready for `vae_decode`.
 
-    `scheduler` is one built with `invokeai.backend.models.sd1.make_scheduler` (a fresh copy is used, so it may be
-    shared). Without `init_latents` this is text-to-image; with latents from `vae_encode(vae, image, seed)` it is
-    image-to-image, starting `strength` of the way into the schedule. `on_step(step, total, latents)` runs after every
-    step; `total` is the number of steps actually run.
+    `scheduler` is one built with the family's `make_scheduler` (a fresh copy is used, so it may be shared). Without
+    `init_latents` this is text-to-image; with latents from `vae_encode(vae, image, seed)` it is image-to-image,
+    starting `strength` of the way into the schedule. `on_step(step, total, latents)` runs after every step; `total`
+    is the number of steps actually run.
     """
     if width % VAE_SCALE_FACTOR or height % VAE_SCALE_FACTOR:
         raise ValueError(f"width and height must be multiples of {VAE_SCALE_FACTOR}, got {width}x{height}")
