@@ -22,7 +22,7 @@ from invokeai.app.api.routers import app as app_router
 from invokeai.app.config import CliArgs, load_config
 from invokeai.app.config.describe import SETTINGS, secret_settings
 from invokeai.backend.attention import AttentionStats, attention_stats
-from invokeai.backend.attention.probe import KernelProbe
+from invokeai.backend.attention.kernel_probe import KernelProbe
 from invokeai.backend.attention.stats import AttentionEvent, AttentionReport
 
 

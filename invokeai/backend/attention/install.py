@@ -16,6 +16,7 @@ from invokeai.backend.attention import cudnn_guard, stats
 from invokeai.backend.attention.autotune import Autotune, Tuner
 from invokeai.backend.attention.cudnn_fallback import CudnnFallback
 from invokeai.backend.attention.cudnn_guard import CudnnGuard
+from invokeai.backend.attention.kernel_probe import probe_kernels, unavailable_kernels
 from invokeai.backend.attention.layer import Layer
 from invokeai.backend.attention.patch import public_function, sdpa_call
 from invokeai.backend.attention.policy import (
@@ -26,7 +27,6 @@ from invokeai.backend.attention.policy import (
     read_flags,
     settle_pytorch_order,
 )
-from invokeai.backend.attention.probe import probe_kernels, unavailable_kernels
 from invokeai.backend.attention.report import Report
 from invokeai.backend.attention.rocm_guard import RocmGuard, max_fused_head_dim
 from invokeai.backend.attention.routing import make_router

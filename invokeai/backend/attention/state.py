@@ -14,8 +14,8 @@ from invokeai.backend.attention.policy import AUTO_ORDER, KernelFlags, Ranking, 
 
 if TYPE_CHECKING:
     from invokeai.backend.attention.autotune import Tuner
+    from invokeai.backend.attention.kernel_probe import KernelProbe
     from invokeai.backend.attention.layer import Layer
-    from invokeai.backend.attention.probe import KernelProbe
     from invokeai.backend.attention.sage import SageKernel
 
 

@@ -16,8 +16,8 @@ import torch
 from torch.nn.attention import SDPBackend
 
 from invokeai.backend.attention.caller import calls_counted, current_node_type, current_tally, tallies
+from invokeai.backend.attention.kernel_probe import KernelProbe
 from invokeai.backend.attention.layer import Route
-from invokeai.backend.attention.probe import KernelProbe
 from invokeai.backend.attention.routing import route_name
 from invokeai.backend.attention.state import STATE
 

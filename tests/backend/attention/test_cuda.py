@@ -31,8 +31,8 @@ from invokeai.backend.attention import (
     uninstall_attention,
 )
 from invokeai.backend.attention.benchmarking import sdpa_window
+from invokeai.backend.attention.kernel_probe import PROBE_SHAPE, probe_kernels
 from invokeai.backend.attention.memory import ACCELERATOR_BYTES_PER_SCORE_ELEMENT
-from invokeai.backend.attention.probe import PROBE_SHAPE, probe_kernels
 from invokeai.backend.attention.testing import pristine_attention
 
 pytestmark = [
@@ -93,13 +93,13 @@ def test_exclusive_cudnn_raises_on_fp32_while_the_ranked_list_completes() -> Non
 
 # (b) The startup probe on the real device.
 def test_the_probe_answers_for_the_device_and_logs_one_line(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="invokeai.backend.attention.probe")
+    caplog.set_level(logging.INFO, logger="invokeai.backend.attention.kernel_probe")
     result = probe_kernels("cuda")
     assert result is not None, "the probe swallowed an error on a real CUDA device"
     for kernel in ("flash", "cudnn", "efficient"):
         assert isinstance(getattr(result, kernel), bool)
     assert result.shape == list(PROBE_SHAPE)
-    records = [r for r in caplog.records if r.name == "invokeai.backend.attention.probe"]
+    records = [r for r in caplog.records if r.name == "invokeai.backend.attention.kernel_probe"]
     assert [r.levelno for r in records] == [logging.INFO]
     line = records[0].getMessage()
     assert torch.cuda.get_device_name() in line

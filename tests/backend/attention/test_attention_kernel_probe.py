@@ -8,7 +8,7 @@ import pytest
 
 import invokeai.backend.attention.install as install_module
 from invokeai.backend.attention import attention_stats, install_attention
-from invokeai.backend.attention.probe import KernelProbe, probe_kernels, unavailable_kernels
+from invokeai.backend.attention.kernel_probe import KernelProbe, probe_kernels, unavailable_kernels
 
 
 def _probe(**can: bool) -> KernelProbe:
