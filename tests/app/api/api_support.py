@@ -110,11 +110,11 @@ class ServerProcess:
 
 class Subscriber:
     """One client of a server's event stream, read on a thread: the status changes it received, in order, and the
-    names of every event of `names` per item."""
+    item and node of every event of `names`."""
 
     def __init__(self, base: str, names: tuple[str, ...] = ("queue_item_status_changed",)) -> None:
         self.statuses: list[tuple[int, str]] = []
-        self.events: list[tuple[int, str]] = []
+        self.events: list[tuple[int, str, str | None]] = []
         self._names = names
         self._subscribed = threading.Event()
         self._client = httpx.Client(base_url=base, timeout=httpx.Timeout(10, read=None))
@@ -128,7 +128,7 @@ class Subscriber:
                 self._subscribed.set()
                 for sse in source.iter_sse():
                     payload = json.loads(sse.data)
-                    self.events.append((payload["item_id"], sse.event))
+                    self.events.append((payload["item_id"], sse.event, payload.get("node_id")))
                     if sse.event == "queue_item_status_changed":
                         self.statuses.append((payload["item_id"], payload["status"]))
         except httpx.HTTPError:
@@ -137,8 +137,9 @@ class Subscriber:
     def seen(self, status: str) -> Counter[int]:
         return Counter(item_id for item_id, got in list(self.statuses) if got == status)
 
-    def names(self, item_id: int) -> list[str]:
-        return [name for got, name in list(self.events) if got == item_id]
+    def nodes(self, item_id: int, name: str) -> list[str | None]:
+        """The node ids of the item's events of `name`, in order."""
+        return [node_id for got, event, node_id in list(self.events) if got == item_id and event == name]
 
     def close(self) -> None:
         self._client.close()

@@ -178,12 +178,23 @@ def test_a_server_stopped_past_its_lease_in_a_png_write_writes_nothing_once_resu
         )
         assert upload.status_code == 201, upload.text
         source = upload.json()["image_name"]
+        # A small image first (recorded before the stop: the run's, then marked as of a run that did not
+        # complete), then the noise blended with it: the large write the runner is stopped in.
         graph = graph_json(
-            node("copy", "image_resize", image={"image_name": source}, width=NOISE_SIDE, height=NOISE_SIDE)
+            node("small", "blank_image", width=8, height=8, color="#00ff00"),
+            node("large", "image_blend", image_a={"image_name": source}, alpha=0.25),
+            edges=[edge("small", "image", "large", "image_b")],
         )
         os.kill(survivor.process.pid, signal.SIGSTOP)
         try:
             item_id = _enqueue(runner.base, graph)
+            # The small image recorded: the next write is the large one.
+            wait_until(
+                lambda: item_id in {item for item, _ in cluster.image_records().values()},
+                30,
+                "the run's small image",
+                interval=0.002,
+            )
             pid, temporary = _writer_of_temporary(cluster.outputs)
             assert pid == runner.process.pid
             os.kill(pid, signal.SIGSTOP)
@@ -220,21 +231,26 @@ def test_a_server_stopped_past_its_lease_in_a_png_write_writes_nothing_once_resu
         time.sleep(0.3)  # time for a repeat or a late event to show
 
         assert cluster.image_records() == recorded  # nothing recorded after the item was taken away
-        mine = [name for name, (item, _) in recorded.items() if item == item_id]
-        if requeue:
-            [image] = mine  # the rerun's image only, and listed
-            assert recorded[image] == (item_id, False)
-            listed = httpx.get(f"{survivor.base}/api/v1/images/names", timeout=10).json()["image_names"]
-            assert image in listed
-        else:
-            assert mine == []
+        mine = {name: marked for name, (item, marked) in recorded.items() if item == item_id}
+        # The stopped run's small image, marked; the rerun's two (requeue), not.
+        assert sorted(mine.values()) == ([False, False, True] if requeue else [True])
+        listed = set(httpx.get(f"{survivor.base}/api/v1/images/names", timeout=10).json()["image_names"])
+        assert {name for name, marked in mine.items() if not marked} <= listed
+        assert not {name for name, marked in mine.items() if marked} & listed
+        _assert_every_file_recorded(cluster)
+        # prune removes the queue's finished items and the images of its runs that did not complete, files too.
+        assert httpx.put(f"{survivor.base}{QUEUE}/prune", timeout=30).status_code == 200
+        assert {name for name, (item, _) in cluster.image_records().items() if item == item_id} == {
+            name for name, marked in mine.items() if not marked
+        }
         _assert_every_file_recorded(cluster)
         for server, subscriber in zip(cluster.servers, subscribers, strict=True):
             assert _status(server.base)["queue"]["in_progress"] == 0
             for status in TERMINAL:
                 assert subscriber.seen(status)[item_id] == (1 if status == final else 0), (server.base, status)
-            # The stopped run's node never announced a result: only the rerun's (requeue) is seen.
-            assert subscriber.names(item_id).count("invocation_complete") == (1 if requeue else 0), server.base
+            # The stopped run's large node never announced a result: only its small one did, and the rerun's two.
+            completed = subscriber.nodes(item_id, "invocation_complete")
+            assert completed == (["small", "small", "large"] if requeue else ["small"]), server.base
     finally:
         for subscriber in subscribers:
             subscriber.close()
