@@ -100,6 +100,7 @@ class InvocationContext:
             is_intermediate=self.is_intermediate,
             board_id=board_id,
             fence=self._fence,
+            queue_item_id=self.item_id,
         )
         return ImageField(image_name=record.image_name)
 

@@ -121,6 +121,8 @@ class BoardImageService:
         if is_intermediate is not None:
             sql.append("AND images.is_intermediate = ?")
             params.append(is_intermediate)
+        # As the image lists by default: a run that did not complete left nothing on the board to show.
+        sql.append("AND images.of_incomplete_run = FALSE")
         sql.append("ORDER BY images.created_at DESC, images.rowid DESC LIMIT ?")
         params.append(MAX_IMAGE_NAMES)
         return [row[0] for row in self._db.execute(" ".join(sql), params)]

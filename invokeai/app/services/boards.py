@@ -67,7 +67,8 @@ def _in(values: tuple[str, ...]) -> str:
 
 _COUNT = (
     "SELECT COUNT(*) FROM board_images bi JOIN images i ON i.image_name = bi.image_name "
-    "WHERE bi.board_id = boards.board_id AND i.is_intermediate = FALSE AND i.image_category IN ({categories})"
+    "WHERE bi.board_id = boards.board_id AND i.is_intermediate = FALSE AND i.of_incomplete_run = FALSE "
+    "AND i.image_category IN ({categories})"
 )
 _SELECT_DTO = f"""
     SELECT boards.board_id, boards.board_name, boards.archived, boards.created_at, boards.updated_at,
@@ -76,7 +77,7 @@ _SELECT_DTO = f"""
         (SELECT bi.image_name FROM board_images bi
             WHERE bi.board_id = boards.board_id AND bi.image_name = boards.cover_image_name) AS chosen_cover,
         (SELECT i.image_name FROM board_images bi JOIN images i ON i.image_name = bi.image_name
-            WHERE bi.board_id = boards.board_id AND i.is_intermediate = FALSE
+            WHERE bi.board_id = boards.board_id AND i.is_intermediate = FALSE AND i.of_incomplete_run = FALSE
             ORDER BY i.starred DESC, i.created_at DESC, i.image_name DESC LIMIT 1) AS newest_image
     FROM boards
 """

@@ -127,6 +127,7 @@ def build_services(config: InvokeAIAppConfig, events: EventBus) -> Services:
         config.max_graph_nodes,
         lease_seconds=config.queue_lease_seconds,
         requeue_interrupted=config.requeue_interrupted,
+        images=images,
     )
     models = build_model_manager(config, ModelRecordService(db), events)
     installer = ModelInstallService(

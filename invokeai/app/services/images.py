@@ -77,6 +77,12 @@ class ImageRecord(BaseModel):
     )
     starred: bool = Field(default=False, description="Starred images come first in the gallery's lists")
     has_workflow: bool = Field(default=False, description="Whether a workflow was stored with the image")
+    of_incomplete_run: bool = Field(
+        default=False,
+        description="Made by a queue item's run that did not complete (the item failed, was canceled, or was "
+        "interrupted and put back to run again): left out of the image lists unless include_incomplete_runs, and "
+        "removed by the queue's prune",
+    )
 
     @computed_field(description="`origin` in InvokeAI's words: internal (generated) or external (uploaded)")
     def image_origin(self) -> ResourceOrigin:
@@ -121,6 +127,9 @@ class ImageFilters:
     is_intermediate: bool | None = None
     board_id: str | None = None
     search_term: str | None = None
+    # The images of runs that did not complete are left out unless asked for: a client's gallery shows the
+    # images of runs that completed (and of runs still going), as InvokeAI's lists would.
+    include_incomplete_runs: bool = False
 
 
 # Here rather than in boards.py (which reads images): an image saved onto a board checks that it exists.
@@ -189,6 +198,7 @@ def _row_to_record(row: Row) -> ImageRecord:
         is_intermediate=bool(row["is_intermediate"]),
         starred=bool(row["starred"]),
         has_workflow=bool(row["has_workflow"]),
+        of_incomplete_run=bool(row["of_incomplete_run"]),
     )
 
 
@@ -210,7 +220,7 @@ def _row_to_dto(row: Row) -> ImageDTO:
 
 _STORED_COLUMNS = (
     "image_name, width, height, created_at, updated_at, origin, session_id, node_id, image_category, "
-    "is_intermediate, starred"
+    "is_intermediate, starred, of_incomplete_run"
 )
 _RECORD_COLUMNS = f"{_STORED_COLUMNS}, workflow IS NOT NULL AS has_workflow"
 # The same from images joined with board_images (whose image_name and created_at would be ambiguous).
@@ -251,6 +261,8 @@ def _where(filters: ImageFilters) -> tuple[str, list[Any]]:
     elif filters.board_id is not None:
         sql.append("AND board_images.board_id = ?")
         params.append(filters.board_id)
+    if not filters.include_incomplete_runs:
+        sql.append("AND images.of_incomplete_run = FALSE")
     if filters.search_term:
         # InvokeAI searches the metadata and the creation time, whatever the case (PostgreSQL's LIKE minds it).
         pattern = like_pattern(filters.search_term.lower())
@@ -303,11 +315,14 @@ class ImageService:
         is_intermediate: bool = False,
         board_id: str | None = None,
         fence: Callable[[Cursor], None] | None = None,
+        queue_item_id: int | None = None,
     ) -> ImageRecord:
         """Store `image` as a new PNG and record it (on board `board_id`, which must exist, when given). Each of
         `metadata` (the generation's settings, JSON), `workflow` (a client's workflow, JSON text kept as sent) and
         `graph` goes in the PNG text chunk InvokeAI names for it, and in the record. `fence` (a queue item's run)
-        is called first in the record's transaction: when it raises, nothing is recorded and the file is removed."""
+        is called first in the record's transaction: when it raises, nothing is recorded and the file is removed.
+        `queue_item_id`: the queue item whose run makes the image; should the run not complete, the item's status
+        change marks the image (of_incomplete_run)."""
         if origin not in ("generated", "uploaded"):
             raise ValueError(f"origin must be 'generated' or 'uploaded', not {origin!r}")
         metadata_json = json.dumps(metadata, default=str) if metadata is not None else None
@@ -324,6 +339,7 @@ class ImageService:
             is_intermediate=is_intermediate,
             board_id=board_id,
             fence=fence,
+            queue_item_id=queue_item_id,
         )
 
     def _store(
@@ -340,6 +356,7 @@ class ImageService:
         is_intermediate: bool,
         board_id: str | None,
         fence: Callable[[Cursor], None] | None = None,
+        queue_item_id: int | None = None,
     ) -> ImageRecord:
         image = _png_ready(image)
         name = f"{uuid.uuid4().hex}.png"
@@ -369,8 +386,8 @@ class ImageService:
                 if fence is not None:
                     fence(cursor)
                 cursor.execute(
-                    f"INSERT INTO images ({_STORED_COLUMNS}, metadata, workflow, graph) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO images ({_STORED_COLUMNS}, metadata, workflow, graph, queue_item_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.image_name,
                         record.width,
@@ -383,9 +400,11 @@ class ImageService:
                         record.image_category,
                         record.is_intermediate,
                         record.starred,
+                        record.of_incomplete_run,
                         metadata_json,
                         workflow,
                         graph_json,
+                        queue_item_id,
                     ),
                 )
                 if board_id is not None:

@@ -48,6 +48,7 @@ from invokeai.app.services.events import (
     QueuePrunedEvent,
     QueueStatusCounts,
 )
+from invokeai.app.services.images import MAX_IMAGE_BATCH, ImageService
 from invokeai.app.services.queue_claims import (
     AFFINITY_MAX_WAIT_S,
     AFFINITY_WINDOW,
@@ -302,6 +303,29 @@ def _status_event(row: Row, counts: dict[str, Any]) -> QueueItemStatusChangedEve
         return QueueItemStatusChangedEvent(**{name: getattr(item, name) for name in _STATUS_COLUMNS}, **counts)
 
 
+def _mark_incomplete_runs(cursor: Cursor, rows: Sequence[Row]) -> None:
+    """In a status change's transaction, after its UPDATE: the images written by the runs of the items it ended
+    without completing them (failed, canceled, or put back as pending) are marked of_incomplete_run.
+
+    Every image a run records is fenced: its transaction holds the item's row (FOR SHARE on PostgreSQL; SQLite's
+    writers take turns) while it checks that the item is still in_progress under its claim. The UPDATE before this
+    one waited for those transactions to commit, and every later one is refused, so this statement (which sees what
+    has committed by now, READ COMMITTED) finds every image the run will ever have."""
+    ended = [
+        int(row["item_id"])
+        for row in rows
+        # Those that ran: a pending item canceled never wrote anything.
+        if row["status"] == "pending" or (row["status"] in ("failed", "canceled") and row["started_at"] is not None)
+    ]
+    for start in range(0, len(ended), 500):  # SQLite's limit on bound parameters
+        chunk = ended[start : start + 500]
+        cursor.execute(
+            f"UPDATE images SET of_incomplete_run = TRUE WHERE queue_item_id IN ({', '.join('?' for _ in chunk)}) "
+            "AND of_incomplete_run = FALSE",
+            chunk,
+        )
+
+
 def this_server() -> str:
     """`<host>:<pid>`: what a claimed item's `worker` starts with, so that a server finds the items it runs."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -319,8 +343,11 @@ class SessionQueue:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         requeue_interrupted: bool = False,
         server: str | None = None,
+        images: ImageService | None = None,
     ) -> None:
+        """images: where prune removes the images of runs that did not complete (None: it leaves them)."""
         self._db = db
+        self._images = images
         self._events = events
         self.max_queue_size = max_queue_size
         self.max_graph_nodes = max_graph_nodes  # None: no limit (the server passes its setting)
@@ -387,6 +414,7 @@ class SessionQueue:
         if relay is None:
             with self._db.transaction() as cursor:
                 rows = change(cursor)
+                _mark_incomplete_runs(cursor, rows)
             try:
                 events = announce(rows)
             except DATABASE_ERRORS as error:
@@ -399,6 +427,7 @@ class SessionQueue:
         relay.flush(FLUSH_WAIT_S)
         with self._db.transaction() as cursor:
             rows = change(cursor)
+            _mark_incomplete_runs(cursor, rows)
             events = announce(rows)  # the counts after the change, read in its transaction
             if events:
                 relay.notify_in(cursor, events)
@@ -824,11 +853,29 @@ class SessionQueue:
         return deleted
 
     def prune(self, queue_id: str) -> int:
-        """Delete the queue's finished (completed, failed, canceled) items."""
+        """Delete the queue's finished (completed, failed, canceled) items, and the images (records and files) of
+        its runs that did not complete: those of the items pruned, of items deleted before, and of the earlier runs
+        of an item put back to run again. Returns how many items were deleted."""
         marks = ", ".join("?" for _ in FINISHED_STATUSES)
         deleted = self._delete_where(f"queue_id = ? AND status IN ({marks})", (queue_id, *FINISHED_STATUSES))
+        if self._images is not None:
+            self._prune_incomplete_run_images(self._images, queue_id)
         self._events.publish(QueuePrunedEvent(queue_id=queue_id, deleted=deleted))
         return deleted
+
+    def _prune_incomplete_run_images(self, images: ImageService, queue_id: str) -> int:
+        removed = 0
+        while True:
+            # In batches (bounded statements and memory). An image whose item is gone (pruned just now, or cleared
+            # before) goes whichever queue it was of: nothing else would ever remove it.
+            rows = self._db.execute(
+                "SELECT image_name FROM images WHERE of_incomplete_run = TRUE AND NOT EXISTS "
+                "(SELECT 1 FROM session_queue q WHERE q.item_id = images.queue_item_id AND q.queue_id <> ?) LIMIT ?",
+                (queue_id, MAX_IMAGE_BATCH),
+            )
+            if not rows:
+                return removed
+            removed += len(images.delete_many([row[0] for row in rows]))
 
     def recover_interrupted(self) -> int:
         """At startup. SQLite has one server per file: an item still in_progress was running when it stopped, and

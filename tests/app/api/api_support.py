@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
+from httpx_sse import connect_sse
 from wait_support import wait_until
 
 MakeClient = Callable[..., TestClient]
@@ -102,3 +106,40 @@ class ServerProcess:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+class Subscriber:
+    """One client of a server's event stream, read on a thread: the status changes it received, in order, and the
+    item and node of every event of `names`."""
+
+    def __init__(self, base: str, names: tuple[str, ...] = ("queue_item_status_changed",)) -> None:
+        self.statuses: list[tuple[int, str]] = []
+        self.events: list[tuple[int, str, str | None]] = []
+        self._names = names
+        self._subscribed = threading.Event()
+        self._client = httpx.Client(base_url=base, timeout=httpx.Timeout(10, read=None))
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self._subscribed.wait(20), f"could not subscribe to {base}"
+
+    def _read(self) -> None:
+        query = "&".join(f"event={name}" for name in self._names)
+        try:
+            with connect_sse(self._client, "GET", f"{QUEUE}/events?{query}") as source:
+                self._subscribed.set()
+                for sse in source.iter_sse():
+                    payload = json.loads(sse.data)
+                    self.events.append((payload["item_id"], sse.event, payload.get("node_id")))
+                    if sse.event == "queue_item_status_changed":
+                        self.statuses.append((payload["item_id"], payload["status"]))
+        except httpx.HTTPError:
+            pass  # closed at the end of the test, or its server was killed
+
+    def seen(self, status: str) -> Counter[int]:
+        return Counter(item_id for item_id, got in list(self.statuses) if got == status)
+
+    def nodes(self, item_id: int, name: str) -> list[str | None]:
+        """The node ids of the item's events of `name`, in order."""
+        return [node_id for got, event, node_id in list(self.events) if got == item_id and event == name]
+
+    def close(self) -> None:
+        self._client.close()

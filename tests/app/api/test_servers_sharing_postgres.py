@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,40 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from api_support import FINISHED, SLOW_GRAPH, ServerProcess, graph_json, node
-from httpx_sse import connect_sse
+from api_support import FINISHED, SLOW_GRAPH, ServerProcess, Subscriber, graph_json, node
 
 QUEUE = "/api/v1/queue/default"
 LEASE_S = 3
 TRIVIAL = graph_json(node("n", "integer", value=1))
 SD_BODY = json.loads((Path(__file__).resolve().parents[3] / "docs" / "examples" / "sd_text_to_image.json").read_text())
-
-
-class Subscriber:
-    """One client of a server's event stream, read on a thread: the status events it received, in order."""
-
-    def __init__(self, base: str) -> None:
-        self.statuses: list[tuple[int, str]] = []
-        self._subscribed = threading.Event()
-        self._client = httpx.Client(base_url=base, timeout=httpx.Timeout(10, read=None))
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self._subscribed.wait(20), f"could not subscribe to {base}"
-
-    def _read(self) -> None:
-        try:
-            with connect_sse(self._client, "GET", f"{QUEUE}/events?event=queue_item_status_changed") as source:
-                self._subscribed.set()
-                for sse in source.iter_sse():
-                    payload = json.loads(sse.data)
-                    self.statuses.append((payload["item_id"], payload["status"]))
-        except httpx.HTTPError:
-            pass  # closed at the end of the test
-
-    def seen(self, status: str) -> Counter[int]:
-        return Counter(item_id for item_id, got in list(self.statuses) if got == status)
-
-    def close(self) -> None:
-        self._client.close()
 
 
 @pytest.fixture(scope="module")

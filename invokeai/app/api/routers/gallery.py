@@ -12,6 +12,7 @@ from invokeai.app.api.routers.images import (
     BoardIdFilter,
     CategoriesFilter,
     ImageOriginFilter,
+    IncompleteRunsFilter,
     IntermediateFilter,
     OrderDir,
     SearchTerm,
@@ -38,8 +39,11 @@ def get_item_names(
     order_dir: OrderDir = "DESC",
     starred_first: StarredFirst = True,
     search_term: SearchTerm = None,
+    include_incomplete_runs: IncompleteRunsFilter = False,
 ) -> GalleryItemNames:
-    filters = image_filters(services, origin, categories, is_intermediate, board_id, search_term)
+    filters = image_filters(
+        services, origin, categories, is_intermediate, board_id, search_term, include_incomplete_runs
+    )
     names = services.images.names(filters, starred_first=starred_first, direction=order_dir)
     return GalleryItemNames(
         item_names=names.image_names, starred_count=names.starred_count, total_count=names.total_count

@@ -61,6 +61,13 @@ SearchTerm = Annotated[
 ]
 OrderDir = Annotated[Direction, Query(description="Oldest (ASC) or newest (DESC) first.")]
 StarredFirst = Annotated[bool, Query(description="Starred images before the others.")]
+IncompleteRunsFilter = Annotated[
+    bool,
+    Query(
+        description="Also the images of queue runs that did not complete (failed, canceled, or interrupted and "
+        "run again): left out by default, and removed by the queue's prune."
+    ),
+]
 
 
 class ImageNamesBody(BaseModel):
@@ -119,6 +126,7 @@ def image_filters(
     is_intermediate: bool | None,
     board_id: str | None,
     search_term: str | None,
+    include_incomplete_runs: bool = False,
 ) -> ImageFilters:
     """The filters of InvokeAI's image lists, once board_id is known to name a board (or none)."""
     check_board(services, board_id)
@@ -128,6 +136,7 @@ def image_filters(
         is_intermediate=is_intermediate,
         board_id=board_id,
         search_term=search_term,
+        include_incomplete_runs=include_incomplete_runs,
     )
 
 
@@ -143,10 +152,13 @@ def list_images(
     order_dir: OrderDir = "DESC",
     starred_first: StarredFirst = True,
     search_term: SearchTerm = None,
+    include_incomplete_runs: IncompleteRunsFilter = False,
 ) -> OffsetPaginatedResults[ImageDTO]:
     """A page of images, starred first (unless starred_first=false), then newest first (or oldest: order_dir=ASC),
     with the total the filters select. InvokeAI's gallery passes is_intermediate=false."""
-    filters = image_filters(services, image_origin, categories, is_intermediate, board_id, search_term)
+    filters = image_filters(
+        services, image_origin, categories, is_intermediate, board_id, search_term, include_incomplete_runs
+    )
     items, total = services.images.list(
         offset, limit, filters=filters, starred_first=starred_first, direction=order_dir
     )
@@ -163,10 +175,13 @@ def get_image_names(
     order_dir: OrderDir = "DESC",
     starred_first: StarredFirst = True,
     search_term: SearchTerm = None,
+    include_incomplete_runs: IncompleteRunsFilter = False,
 ) -> ImageNamesResult:
     """The names of the images the filters select, in the list's order (InvokeAI's gallery scrolls over these),
     at most 100000."""
-    filters = image_filters(services, image_origin, categories, is_intermediate, board_id, search_term)
+    filters = image_filters(
+        services, image_origin, categories, is_intermediate, board_id, search_term, include_incomplete_runs
+    )
     return services.images.names(filters, starred_first=starred_first, direction=order_dir)
 
 

@@ -13,6 +13,7 @@ from invokeai.app.services.migrations.m007_image_flags import migration as m007_
 from invokeai.app.services.migrations.m008_boards_workflows import migration as m008_boards_workflows
 from invokeai.app.services.migrations.m009_model_settings import migration as m009_model_settings
 from invokeai.app.services.migrations.m010_queue_claim_token import migration as m010_queue_claim_token
+from invokeai.app.services.migrations.m011_image_runs import migration as m011_image_runs
 
 MIGRATIONS: list[Migration] = [
     m001_images,
@@ -25,6 +26,7 @@ MIGRATIONS: list[Migration] = [
     m008_boards_workflows,
     m009_model_settings,
     m010_queue_claim_token,
+    m011_image_runs,
 ]
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationError", "run_migrations"]
