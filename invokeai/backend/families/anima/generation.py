@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 def tokenize(tokenizer: Any, prompt: str, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """(input ids, attention mask) of `prompt`, cut at MAX_SEQUENCE_LENGTH tokens. A prompt of no tokens (Qwen's
     tokenizer adds none to "") becomes one padding token, masked out, as the pipeline makes it."""
-    tokens = tokenizer([prompt], padding="longest", max_length=MAX_SEQUENCE_LENGTH, truncation=True, return_tensors="pt")
+    tokens = tokenizer(
+        [prompt], padding="longest", max_length=MAX_SEQUENCE_LENGTH, truncation=True, return_tensors="pt"
+    )
     ids, mask = tokens.input_ids.to(device), tokens.attention_mask.to(device)
     if ids.shape[-1] == 0:
         ids, mask = ids.new_zeros((1, 1)), mask.new_zeros((1, 1))
@@ -203,9 +205,7 @@ def vae_decode(vae: Any, latents: torch.Tensor) -> Image.Image:
     return normalized_latents.decode(vae, latents, SIZE_MULTIPLE)[0]
 
 
-def vae_encode(
-    vae: Any, image: Image.Image, *, width: int | None = None, height: int | None = None
-) -> torch.Tensor:
+def vae_encode(vae: Any, image: Image.Image, *, width: int | None = None, height: int | None = None) -> torch.Tensor:
     """The latents (1, 16, h, w) the image-to-image pipeline starts from: the image resized to width x height (its
     own size where unset), the VAE posterior's mode (the pipeline samples none: no seed)."""
     check_size(width or image.width, height or image.height)
