@@ -21,11 +21,14 @@ Activation terms (B: batch; item: element size; f32: 4 bytes; per token, in widt
 - adapter: B x L x (the Qwen3 states it holds, and the largest of a block's phases at its width: attention's q, k,
   v, their normed and rotated copies and output; the MLP's 4-wide hidden, its GELU and the residuals), plus the
   masks' additive copies.
-- DiT: B x image tokens x the feed-forward's widths (input, residual, normed and modulated input, the 4-wide
-  projection and its GELU, output), the 512 context tokens' keys and values per block, and the rotary tables.
+- DiT: B x the larger of a block's two peaks: its feed-forward (image tokens x 11.5 widths, with the 512-token
+  context held) and its cross-attention (image tokens x 4 widths, the context and its keys, values and normed keys,
+  3 widths a context token); the rope's cos and sin per image token in both. At the demo's size the
+  cross-attention's context dominates; at full width the feed-forward (measured: 11.8 widths an image token).
 The factors (ACTIVATION_FACTOR) scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on
-CPU (torch 2.13, peak live bytes, fp32, batches raised to 8 MiB) on the demo, so the estimates lie within 1.0-1.3 of
-the measurement. On CUDA the same formulas apply, unverified there until the script is run on a GPU.
+CPU (torch 2.13, peak live bytes, fp32, batches raised to 8 MiB) on the demo (64-256 px) and on the full-width DiT and
+adapter with two blocks (256 and 512 px), so the estimates lie within 1.0-1.3 of the measurement. On CUDA the
+same formulas apply, unverified there until the script is run on a GPU.
 """
 
 from __future__ import annotations
@@ -47,9 +50,14 @@ from invokeai.backend.families.anima.constants import (
 )
 
 ROTARY_BYTES = 8  # cos and sin per pair of head channels
-# Widths a DiT image token holds at a block's peak (its feed-forward, see the module docstring).
-FEED_FORWARD_WIDTHS = 12
-ACTIVATION_FACTOR = {"text_encoder": 1.1, "text_conditioner": 1.1, "transformer": 1.1}
+# Widths a DiT image token holds at a block's feed-forward (input, residual, normed and modulated input, the 4-wide
+# hidden layer and its GELU, output: 11.8 measured at full width) and at its cross-attention (input, normed query,
+# its projection and output: 4.1 measured on the demo); widths each context token's keys, values and normed keys
+# take then.
+FEED_FORWARD_WIDTHS = 11.5
+CROSS_ATTENTION_WIDTHS = 4
+CONTEXT_WIDTHS = 3
+ACTIVATION_FACTOR = {"text_encoder": 1.1, "text_conditioner": 1.0, "transformer": 1.1}
 
 
 def _scaled(operation: str, structural_bytes: float) -> int:
@@ -135,10 +143,18 @@ def transformer(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     heads, head_dim = c["num_attention_heads"], c["attention_head_dim"]
     width = heads * head_dim
     image = image_tokens(facts)
-    item = facts.dtype.itemsize
-    per_image_token = FEED_FORWARD_WIDTHS * width * item + 3 * ROTARY_BYTES * head_dim
-    context = CONDITIONING_TOKENS * (c["text_embed_dim"] + 2 * width) * item  # the context and a block's K and V
-    activation = _scaled("transformer", facts.batch * (image * per_image_token + context))
+    item, f32 = facts.dtype.itemsize, fp32_bytes(facts.dtype)
+    rotary = 2 * head_dim * f32  # the rope's cos and sin per image token
+    context = CONDITIONING_TOKENS * c["text_embed_dim"] * item
+    # A block's two peaks (see the module docstring): its feed-forward over the image tokens, with the context held,
+    # and its cross-attention, where the context's keys and values (and the normed keys) are live beside it.
+    feed_forward = image * (FEED_FORWARD_WIDTHS * width * item + rotary) + context
+    cross = (
+        image * (CROSS_ATTENTION_WIDTHS * width * item + rotary)
+        + context
+        + CONTEXT_WIDTHS * width * item * (CONDITIONING_TOKENS)
+    )
+    activation = _scaled("transformer", facts.batch * max(feed_forward, cross))
     self_attention = AttentionCall(
         num_heads=facts.batch * heads,
         query_len=image,
