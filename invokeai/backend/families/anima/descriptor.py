@@ -159,6 +159,16 @@ FILES = (
 )
 
 
+# A Cosmos-Predict2 DiT without the LLM adapter (Cosmos Predict2 itself, or an Anima DiT saved without it) has
+# Anima's block names but nothing to condition it with the Qwen3 states: the probe's refusal says what it is.
+LOOKALIKES = (
+    (
+        "a Cosmos-Predict2 DiT without Anima's LLM adapter (no llm_adapter.* tensors)",
+        tuple(f"{prefix}blocks.0.adaln_modulation_cross_attn." for prefix in (*layout.PREFIXES, "")),
+    ),
+)
+
+
 def _build_demo(path: Path) -> None:
     from invokeai.backend.families.anima import demo
 
@@ -218,6 +228,7 @@ FAMILY = Family(
     files=FILES,
     demos=DEMOS,
     folder_check=folder_check,
+    lookalikes=LOOKALIKES,
     checked_configs=("transformer", "text_conditioner", "vae", "text_encoder", "scheduler"),
     # InvokeAI 6.14.2's BaseModelType has Anima (taxonomy.py: Anima = "anima").
     invokeai=InvokeAIFacts(base="anima", describe=records.describe),

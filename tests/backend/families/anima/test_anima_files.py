@@ -114,7 +114,7 @@ def test_the_full_size_diffusion_model_picks_the_anima_config(tmp_path: Path) ->
 
 def test_a_cosmos_dit_without_the_adapter_is_refused(tmp_path: Path) -> None:
     shapes = {name: shape for name, shape in full_size_shapes().items() if ".llm_adapter." not in f".{name}"}
-    with pytest.raises(UnsupportedModelError):
+    with pytest.raises(UnsupportedModelError, match="a Cosmos-Predict2 DiT without Anima's LLM adapter"):
         probe_model(sparse_safetensors(tmp_path / "cosmos-predict2.safetensors", shapes))
 
 
