@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, ImageField, InputField, InvocationContext, OutputField
+from invokeai.app.nodes.conditioning_lists import AT_MOST_ONE, ONE, single
 from invokeai.app.nodes.family_nodes import FamilyNode, size_input
 from invokeai.app.nodes.image import BoardField, ImageOutput, board_input, metadata_input
 from invokeai.app.nodes.model_fields import (
@@ -72,6 +73,9 @@ class AnimaConditioningField(BaseModel):
 
     conditioning_name: str = Field(description="The name of the conditioning tensors in the tensor store")
     mask: NoMask = Field(default=None, description="InvokeAI's regional mask; this server takes none yet (null)")
+
+
+Conditionings = AnimaConditioningField | Annotated[list[AnimaConditioningField], Field(max_length=16)]
 
 
 class AnimaModelLoaderOutput(BaseInvocationOutput):
@@ -193,8 +197,10 @@ class AnimaDenoiseInvocation(AnimaNode):
         default=True, description="With latents: noise them to the start (only true)"
     )
     transformer: TransformerField = InputField(description="The transformer (anima_model_loader)")
-    positive_conditioning: AnimaConditioningField = InputField(description="What the image shows")
-    negative_conditioning: AnimaConditioningField | None = InputField(
+    positive_conditioning: Annotated[Conditionings, ONE] = InputField(
+        description="What the image shows (anima_text_encoder): one conditioning, or a list of one (collect)"
+    )
+    negative_conditioning: Annotated[Conditionings | None, AT_MOST_ONE] = InputField(
         default=None, description='What the image avoids; needed when guidance_scale > 1 (the pipeline\'s is "")'
     )
     guidance_scale: float = InputField(
@@ -213,11 +219,13 @@ class AnimaDenoiseInvocation(AnimaNode):
         generation = self.backend()
         record = family_model(context, self.transformer.transformer, NAME)
         guided = self.guidance_scale > 1.0
-        prompts = [self.positive_conditioning]
+        positive, negative = single(self.positive_conditioning), single(self.negative_conditioning)
+        assert positive is not None  # ONE takes exactly one
+        prompts = [positive]
         if guided:
-            if self.negative_conditioning is None:
+            if negative is None:
                 raise ValueError('guidance_scale > 1 needs negative_conditioning (encode the negative prompt, or "")')
-            prompts.append(self.negative_conditioning)
+            prompts.append(negative)
         encoded = [dict(zip(("qwen_embeds", "qwen_mask", "t5_ids", "t5_mask"), CONDITIONING.load(
             context, prompt.conditioning_name), strict=True)) for prompt in prompts]  # fmt: skip
         init_latents = None
