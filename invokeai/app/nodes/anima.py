@@ -213,7 +213,9 @@ class AnimaDenoiseInvocation(AnimaNode):
     control_lllite: Annotated[Any, unsupported("Anima LLLite control")] = InputField(
         default=None, description="InvokeAI's LLLite control; this server has none yet (null)"
     )
-    scheduler: SchedulerName = InputField(default="euler", description="The sampler (the pipeline's: euler)")
+    scheduler: SchedulerName = InputField(
+        default="euler", description="The sampler (the pipeline's: euler; lcm draws its noise from the seed too)"
+    )
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         generation = self.backend()

@@ -51,7 +51,7 @@ def test_invokeais_defaults() -> None:
         ("add_noise", False, "add_noise"),
         ("noise", {"latents_name": "n"}, "noise from another node"),
         ("control_lllite", {"image_name": "i"}, "LLLite"),
-        ("scheduler", "er_sde", "euler"),
+        ("scheduler", "er_sde", "'euler' or 'lcm'"),
         ("width", 1000, "multiple of 16"),
         ("guidance_scale", 0.5, "greater than or equal to 1"),
     ],

@@ -33,8 +33,9 @@ COMPONENT_CLASSES = {
     "vae": "AutoencoderKLQwenImage",
     "text_encoder": "Qwen3Model",
 }
-# Flow-matching Euler on the model's own schedule, the pipeline's sampler.
-SCHEDULERS = {"euler": "FlowMatchEulerDiscreteScheduler"}
+# Flow-matching samplers that take the pipeline's sigmas on the model's own config: Euler, the pipeline's, and LCM
+# (its step re-noises the clean estimate, with noise from the seed's generator). Both are in InvokeAI's list.
+SCHEDULERS = {"euler": "FlowMatchEulerDiscreteScheduler", "lcm": "FlowMatchLCMScheduler"}
 SCHEDULER_NAMES = tuple(SCHEDULERS)
 
 CONFIG_VARIANTS = (
@@ -50,7 +51,7 @@ CONFIG_VARIANTS = (
 
 
 def make_scheduler(name: str, base_config: Mapping[str, Any]) -> Any:
-    """Flow-matching Euler on the model's own scheduler config (its shift)."""
+    """A flow-matching sampler on the model's own scheduler config (its shift)."""
     import diffusers
 
     from invokeai.backend.models.schedulers import new_scheduler

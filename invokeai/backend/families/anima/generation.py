@@ -12,6 +12,7 @@ alone. The pipeline's negative prompt, when none is given, is "": the nodes enco
 
 from __future__ import annotations
 
+import inspect
 import types
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -187,6 +188,8 @@ def denoise(
         )[0]
 
     train_steps = scheduler.config.num_train_timesteps
+    # A stochastic sampler (LCM) draws fresh noise in its step: from the seed's generator, after the initial noise.
+    step_kwargs = {"generator": generator} if "generator" in inspect.signature(scheduler.step).parameters else {}
     for index, t in enumerate(timesteps):
         model_input = latents.to(dtype)
         timestep = t.expand(1).to(dtype) / train_steps
@@ -194,7 +197,7 @@ def denoise(
         if scales[index] > 1 and negative is not None:
             unconditional = velocity(model_input, timestep, negative)
             prediction = unconditional + scales[index] * (prediction - unconditional)
-        latents = scheduler.step(prediction, t, latents, return_dict=False)[0]
+        latents = scheduler.step(prediction, t, latents, return_dict=False, **step_kwargs)[0]
         if on_step is not None:
             on_step(index + 1, total, latents[:, :, 0])
     return latents[:, :, 0]
