@@ -157,6 +157,11 @@ def test_real_sd15_unet_self_attention_at_512() -> None:
         ("krea2", "text_encoder", (32, 546, 546, 128, True, False, 36)),
         ("krea2", "transformer", (48, 4608, 4608, 128, True, False, 28)),
         ("krea2", "vae_decode", (1, 16384, 16384, 384, False, False, 1)),
+        # Anima: Qwen3-0.6B's 16 query heads (K/V repeated from 8 under a mask), the adapter's 16 heads of 64, the
+        # DiT's self-attention over 64 x 64 image tokens (its cross-attention to 512 is smaller).
+        ("anima", "text_encoder", (16, 512, 512, 128, True, False, 28)),
+        ("anima", "text_conditioner", (16, 512, 512, 64, True, False, 6)),
+        ("anima", "transformer", (16, 4096, 4096, 128, False, False, 28)),
     ],
 )
 def test_real_configs_at_1024_attend_where_the_models_do(family: str, component: str, shape: tuple) -> None:
