@@ -248,6 +248,12 @@ def _pipeline(case: Case, path: Path, device: Any, dtype: Any) -> Any:
     scheduler = case.body["batch"]["graph"]["nodes"]["denoise"].get("scheduler")
     if scheduler is not None:
         parts["scheduler"] = get_family(case.family).make_scheduler(scheduler, dict(parts["scheduler"].config))
+    if issubclass(pipeline_class, diffusers.ModularPipeline):
+        # A modular pipeline (Anima's) is its default blocks with the components put in; its guider, made from its
+        # default config, is set per call (pipeline_call).
+        pipe = getattr(diffusers, pipeline_class.default_blocks_name)().init_pipeline()
+        pipe.update_components(**parts)
+        return pipe
     arguments: dict[str, Any] = {}
     for name, parameter in inspect.signature(pipeline_class.__init__).parameters.items():
         if name == "self" or name in parts or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
@@ -275,6 +281,18 @@ def pipeline_call(pipe: Any, case: Case) -> Callable[[], Any]:
     if "negative" in nodes:
         prompt["negative_prompt"] = nodes["negative"]["prompt"]
     guidance = {case.guidance_argument: denoise[case.guidance_field] + case.guidance_offset}
+    generation = {
+        "width": denoise["width"],
+        "height": denoise["height"],
+        "num_inference_steps": denoise[case.steps_field],
+    }
+    if getattr(pipe, "guider", None) is not None:
+        # A modular pipeline takes its guidance as its guider's setting and returns its state: the images are an
+        # output to ask for.
+        pipe.update_components(guider=type(pipe.guider).from_config(pipe.guider.config, **guidance))
+        return lambda: pipe(
+            **prompt, **generation, generator=torch.Generator("cpu").manual_seed(denoise["seed"]), output="images"
+        )[0]
     return lambda: pipe(
         **prompt,
         **guidance,

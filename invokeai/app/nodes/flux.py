@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, ImageField, InputField, InvocationContext, OutputField
+from invokeai.app.nodes.conditioning_lists import AT_MOST_ONE, ONE, single
 from invokeai.app.nodes.family_nodes import FamilyNode, size_input
 from invokeai.app.nodes.image import BoardField, ImageOutput, board_input, metadata_input
 from invokeai.app.nodes.model_fields import (
@@ -189,29 +190,7 @@ class FluxTextEncoderInvocation(FluxNode):
         return FluxConditioningOutput(conditioning=FluxConditioningField(conditioning_name=name))
 
 
-def _one_prompt(value: FluxConditioningField | list[FluxConditioningField]) -> Any:
-    """positive_text_conditioning: one conditioning, or a list of one (what a collect node gives). More than one is
-    InvokeAI's regional prompting, which this server lacks."""
-    if isinstance(value, list) and len(value) != 1:
-        raise ValueError(
-            f"{len(value)} conditionings given; this server takes exactly one (regional prompts are not supported)"
-        )
-    return value
-
-
-def _at_most_one_prompt(value: Any) -> Any:
-    if isinstance(value, list) and len(value) > 1:
-        raise ValueError(f"{len(value)} conditionings given; this server takes at most one")
-    return value
-
-
 Conditionings = FluxConditioningField | Annotated[list[FluxConditioningField], Field(max_length=16)]
-
-
-def _single(value: FluxConditioningField | list[FluxConditioningField] | None) -> FluxConditioningField | None:
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value
 
 
 class FluxDenoiseInvocation(FluxNode):
@@ -240,10 +219,10 @@ class FluxDenoiseInvocation(FluxNode):
     control_lora: Annotated[_Handle | None, unsupported("a control LoRA")] = InputField(
         default=None, description="InvokeAI's control LoRA; this server takes none yet (null)"
     )
-    positive_text_conditioning: Annotated[Conditionings, AfterValidator(_one_prompt)] = InputField(
+    positive_text_conditioning: Annotated[Conditionings, ONE] = InputField(
         description="What the image shows (flux_text_encoder): one conditioning, or a list of one (collect)"
     )
-    negative_text_conditioning: Annotated[Conditionings | None, AfterValidator(_at_most_one_prompt)] = InputField(
+    negative_text_conditioning: Annotated[Conditionings | None, AT_MOST_ONE] = InputField(
         default=None, description="What the image avoids, for a cfg_scale other than 1 (flux_text_encoder)"
     )
     redux_conditioning: Annotated[_Handles | None, unsupported("FLUX Redux", "null or []")] = InputField(
@@ -300,11 +279,11 @@ class FluxDenoiseInvocation(FluxNode):
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         generation = self.backend()
         record = family_model(context, self.transformer.transformer, FAMILY)
-        positive = _single(self.positive_text_conditioning)
+        positive = single(self.positive_text_conditioning)
         if positive is None:
             raise ValueError("positive_text_conditioning: no conditioning given")
         prompts = [generation.Prompt(*CONDITIONING.load(context, positive.conditioning_name))]
-        negative = _single(self.negative_text_conditioning)
+        negative = single(self.negative_text_conditioning)
         if negative is not None:
             prompts.append(generation.Prompt(*CONDITIONING.load(context, negative.conditioning_name)))
         init_latents = None

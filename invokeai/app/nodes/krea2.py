@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from invokeai.app.nodes.base import BaseInvocationOutput, InputField, InvocationContext, OutputField
+from invokeai.app.nodes.conditioning_lists import AT_MOST_ONE, ONE, single
 from invokeai.app.nodes.family_nodes import FamilyNode, size_input
 from invokeai.app.nodes.image import BoardField, board_input, metadata_input
 from invokeai.app.nodes.model_fields import (
@@ -184,28 +185,6 @@ class Krea2TextEncoderInvocation(Krea2Node):
 Conditionings = Krea2ConditioningField | Annotated[list[Krea2ConditioningField], Field(max_length=16)]
 
 
-def _one_prompt(value: Any) -> Any:
-    """positive_conditioning: one conditioning, or a list of one (what a collect node gives). More than one is
-    InvokeAI's regional prompting, which this server lacks."""
-    if isinstance(value, list) and len(value) != 1:
-        raise ValueError(
-            f"{len(value)} conditionings given; this server takes exactly one (regional prompts are not supported)"
-        )
-    return value
-
-
-def _at_most_one_prompt(value: Any) -> Any:
-    if isinstance(value, list) and len(value) > 1:
-        raise ValueError(f"{len(value)} conditionings given; this server takes at most one")
-    return value
-
-
-def _single(value: Krea2ConditioningField | list[Krea2ConditioningField] | None) -> Krea2ConditioningField | None:
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value
-
-
 class Krea2DenoiseInvocation(Krea2Node):
     """Latents denoised by the Krea-2 transformer with flow-matching Euler and the pipeline's shift (the distilled
     model's fixed one, else resolution-dependent; `shift` overrides it). A cfg_scale above 1 runs classifier-free
@@ -228,10 +207,10 @@ class Krea2DenoiseInvocation(Krea2Node):
         default=1.0, ge=0.0, le=1.0, description="Where in the schedule to stop; only 1 (the end) is supported"
     )
     transformer: TransformerField = InputField(description="The transformer (krea2_model_loader)")
-    positive_conditioning: Annotated[Conditionings, AfterValidator(_one_prompt)] = InputField(
+    positive_conditioning: Annotated[Conditionings, ONE] = InputField(
         description="What the image shows (krea2_text_encoder): one conditioning, or a list of one (collect)"
     )
-    negative_conditioning: Annotated[Conditionings | None, AfterValidator(_at_most_one_prompt)] = InputField(
+    negative_conditioning: Annotated[Conditionings | None, AT_MOST_ONE] = InputField(
         default=None, description="What the image avoids, for a cfg_scale above 1 (krea2_text_encoder)"
     )
     cfg_scale: float | Annotated[list[float], Field(max_length=MAX_STEPS)] = InputField(
@@ -268,11 +247,11 @@ class Krea2DenoiseInvocation(Krea2Node):
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         generation = self.backend()
         record = family_model(context, self.transformer.transformer, FAMILY)
-        positive = _single(self.positive_conditioning)
+        positive = single(self.positive_conditioning)
         if positive is None:
             raise ValueError("positive_conditioning: no conditioning given")
         embeds, mask = CONDITIONING.load(context, positive.conditioning_name)
-        negative = _single(self.negative_conditioning)
+        negative = single(self.negative_conditioning)
         scales = self._pipeline_scales(negative is not None)
         guided = any(scale > 0 for scale in scales)
         negative_embeds = negative_mask = None

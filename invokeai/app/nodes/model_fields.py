@@ -24,6 +24,8 @@ __all__ = [
     "ModelIdentifier",
     "ModelInputField",
     "NoLoras",
+    "NoMask",
+    "Qwen3EncoderField",
     "T5EncoderField",
     "TensorField",
     "TransformerField",
@@ -139,6 +141,16 @@ class T5EncoderField(BaseModel):
 
     tokenizer: ModelIdentifier = Field(description="The model whose tokenizer this is")
     text_encoder: ModelIdentifier = Field(description="The model whose T5 text encoder this is")
+    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
+
+
+class Qwen3EncoderField(BaseModel):
+    """InvokeAI's handle on a Qwen3 text encoder and its tokenizer (Z-Image's and Anima's loaders pass it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokenizer: ModelIdentifier = Field(description="The model whose tokenizer this is")
+    text_encoder: ModelIdentifier = Field(description="The model whose Qwen3 text encoder this is")
     loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
 
 

@@ -22,8 +22,8 @@ from invokeai.app.nodes.model_fields import (
     LatentsOutput,
     MetadataField,
     ModelIdentifier,
-    NoLoras,
     NoMask,
+    Qwen3EncoderField,
     TransformerField,
     VAEField,
 )
@@ -68,16 +68,6 @@ class ZImageNode(FamilyNode):
     family = ZIMAGE
     latents_kind = LATENTS
     generation = "invokeai.backend.families.zimage.generation"
-
-
-class Qwen3EncoderField(BaseModel):
-    """InvokeAI's handle on a Qwen3 text encoder and its tokenizer."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tokenizer: ModelIdentifier = Field(description="The model whose tokenizer this is")
-    text_encoder: ModelIdentifier = Field(description="The model whose Qwen3 text encoder this is")
-    loras: NoLoras = Field(default_factory=list, description="InvokeAI's LoRAs; this server takes none yet (empty)")
 
 
 class ZImageConditioningField(BaseModel):

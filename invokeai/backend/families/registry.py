@@ -3,6 +3,7 @@ folder and one line here."""
 
 from __future__ import annotations
 
+from invokeai.backend.families.anima.descriptor import FAMILY as ANIMA
 from invokeai.backend.families.family import Family
 from invokeai.backend.families.flux.descriptor import FAMILY as FLUX
 from invokeai.backend.families.krea2.descriptor import FAMILY as KREA2
@@ -12,7 +13,7 @@ from invokeai.backend.families.sdxl.descriptor import FAMILY as SDXL
 from invokeai.backend.families.zimage.descriptor import FAMILY as ZIMAGE
 from invokeai.backend.models.config_variants import ConfigVariant
 
-FAMILIES: tuple[Family, ...] = (SD1, KREA2, FLUX, SDXL, ZIMAGE, QWEN_IMAGE)
+FAMILIES: tuple[Family, ...] = (SD1, KREA2, FLUX, SDXL, ZIMAGE, QWEN_IMAGE, ANIMA)
 
 
 def family_names() -> tuple[str, ...]:

@@ -72,6 +72,23 @@ def encode(
     return ((sample - mean) * inverse_std)[:, :, 0]
 
 
+@torch.inference_mode()
+def encode_mode(
+    vae: Any, image: Image.Image, size_multiple: int, *, width: int | None = None, height: int | None = None
+) -> torch.Tensor:
+    """The normalised (1, C, h, w) latents of a pipeline that encodes with the posterior's mode and divides by the
+    standard deviation (Anima's image-to-image: diffusers' `encode_vae_image` with sample_mode "argmax"): no seed,
+    and the division's rounding rather than `encode`'s multiplication by the reciprocal."""
+    processor = _image_processor(size_multiple, vae.config.z_dim)
+    pixels = processor.preprocess(image, height=height, width=width).to(torch.float32)
+    pixels = pixels.to(device=vae.device, dtype=vae.dtype).unsqueeze(2)
+    mode = vae.encode(pixels).latent_dist.mode()
+    z_dim = vae.config.z_dim
+    mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(mode.device, mode.dtype)
+    std = torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(mode.device, mode.dtype)
+    return ((mode - mean) / std)[:, :, 0]
+
+
 # One fitted preview map per VAE module, dropped with the module when the model cache lets it go.
 _PREVIEW_MAPS: weakref.WeakKeyDictionary[Any, RgbProjection] = weakref.WeakKeyDictionary()
 

@@ -1,16 +1,17 @@
-"""Small byte-level BPE tokenizers built in memory, so demo models need no download.
+"""Small tokenizers built in memory, so demo models need no download.
 
 Byte-level vocabularies cover every byte (any prompt encodes), plus whole-word merges for a few words, so common
-prompts are short. The CLIP tokenizer is here, and the Qwen2 BPE (Qwen's special tokens, the words a family's chat
-template needs as single tokens); a family whose pipeline needs another builds it from these parts in its own
-folder.
+prompts are short. The CLIP tokenizer is here, the Qwen2 BPE (Qwen's special tokens, the words a family's chat
+template needs as single tokens) and a T5 SentencePiece-style Unigram (FLUX.1's text encoder, Anima's adapter
+queries); a family whose pipeline needs another builds it from these parts in its own folder.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable
 
-from transformers import CLIPTokenizer, Qwen2Tokenizer
+from transformers import CLIPTokenizer, Qwen2Tokenizer, T5Tokenizer
 
 _CLIP_WORDS = "a an the of in on photo picture cat dog red blue green house tree sky painting portrait"
 
@@ -99,3 +100,17 @@ def build_qwen2_tokenizer(
     return Qwen2Tokenizer(
         vocab=vocab, merges=merges, model_max_length=model_max_length, extra_special_tokens=list(specials[1:])
     )
+
+
+_T5_WORDS = "a an the of in on photo picture cat dog red blue green house tree sky painting portrait"
+
+
+def build_t5_tokenizer(model_max_length: int = 512) -> T5Tokenizer:
+    """A T5 tokenizer with the real layout: <pad> = 0, </s> = 1, <unk> = 2, then the Metaspace word-start symbol,
+    whole words and single characters; every prompt ends with </s>, as the real tokenizer ends it. Characters it
+    does not cover become <unk>."""
+    vocab: list[tuple[str, float]] = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    # Unigram picks the segmentation with the best total score: whole words beat their letters.
+    vocab += [("\u2581" + word, -1.0) for word in _T5_WORDS.split()]
+    vocab += [(char, -5.0) for char in string.ascii_letters + string.digits + string.punctuation]
+    return T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=model_max_length)

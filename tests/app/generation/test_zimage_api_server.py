@@ -227,6 +227,7 @@ def test_comfyuis_three_split_files_run_as_demo_zimage(client: httpx.Client, sto
 
     from invokeai.backend.families.flux import layout as flux_layout
     from invokeai.backend.families.zimage import layout
+    from invokeai.backend.models import qwen3_encoder_file
 
     folder = Path(models(client)["demo-zimage"]["path"])
     files = {
@@ -237,7 +238,7 @@ def test_comfyuis_three_split_files_run_as_demo_zimage(client: httpx.Client, sto
     transformer = ZImageTransformer2DModel.from_pretrained(folder / "transformer")
     layout.write_original_safetensors(transformer, files["zimage-split-model"], prefix=layout.PREFIX)
     encoder = Qwen3Model.from_pretrained(folder, subfolder="text_encoder")
-    layout.write_comfyui_text_encoder(encoder, files["zimage-split-qwen3"])
+    qwen3_encoder_file.write_comfyui_text_encoder(encoder, files["zimage-split-qwen3"])
     flux_layout.write_original_vae(AutoencoderKL.from_pretrained(folder, subfolder="vae"), files["zimage-split-ae"])
     expected = {
         "zimage-split-model": ("z-image", "main", "checkpoint", "zimage-demo"),

@@ -174,10 +174,10 @@ def test_a_lone_text_encoder_takes_the_tokenizer_of_a_pipeline_of_its_architectu
     from transformers import Qwen3Model
 
     from invokeai.backend.families import config_variant
-    from invokeai.backend.families.zimage import layout
+    from invokeai.backend.models import qwen3_encoder_file
 
     path = tmp_path / "qwen_3_4b-demo.safetensors"
-    layout.write_comfyui_text_encoder(
+    qwen3_encoder_file.write_comfyui_text_encoder(
         Qwen3Model.from_pretrained(built_models["demo-zimage"], subfolder="text_encoder"), path
     )
     encoder = manager.records.get(installed(client, path, name="qwen3-demo", inplace=True)["key"])

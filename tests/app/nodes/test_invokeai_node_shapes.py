@@ -25,6 +25,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("qwen_image_i2l", "seed"): "this server's addition: the posterior sample's seed (InvokeAI samples it unseeded)",
 }
 
+# (node type, input) -> why this server's node defaults an input InvokeAI requires. InvokeAI's graphs always set it,
+# so they run the same; a graph that leaves it unset (this server's web UI names only the model) gets the model's own.
+OPTIONAL: dict[tuple[str, str], str] = {
+    ("anima_model_loader", "vae_model"): "unset: the model's own VAE (a pipeline's, or its paired pipeline's)",
+    ("anima_model_loader", "qwen3_encoder_model"): "unset: the model's own Qwen3 encoder, or its paired pipeline's",
+}
+
 # What a difference is, per input: (required, default or None where required).
 Shape = tuple[bool, Any]
 
@@ -63,6 +70,7 @@ def _differences(cls: type[BaseInvocation], shape: dict[str, Any]) -> list[str]:
         f"{tag}: input {name!r} is (required, default) {ours[name]}, InvokeAI's {theirs[name]}"
         for name in sorted(theirs.keys() & ours.keys())
         if ours[name] != theirs[name]
+        and not ((tag, name) in OPTIONAL and ours[name] == (False, None) and theirs[name][0])
     ]
     found += [
         f"{tag}: extra input {name!r} {ours[name]}"
@@ -110,3 +118,11 @@ def test_each_allowed_difference_is_still_there(node_type: str, name: str) -> No
     assert name not in shapes[node_type]["inputs"], f"InvokeAI's {node_type} has {name!r} too"
     # An extra input must be optional, so that InvokeAI's graphs, which never set it, still run.
     assert not cls.input_specs()[name].required
+
+
+@pytest.mark.parametrize(("node_type", "name"), sorted(OPTIONAL))
+def test_each_input_made_optional_is_required_by_invokeai_and_defaults_to_none_here(node_type: str, name: str) -> None:
+    shapes = _shapes()
+    [cls] = [cls for cls in invocation_classes() if cls.model_fields["type"].default == node_type]
+    assert shapes[node_type]["inputs"][name][0], f"InvokeAI's {node_type} does not require {name!r}: drop it"
+    assert _our_inputs(cls)[name] == (False, None)

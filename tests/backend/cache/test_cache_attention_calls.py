@@ -60,6 +60,13 @@ FACTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ],
     ("qwen-image", "vae_decode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
     ("qwen-image", "vae_encode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
+    # Qwen3 unpadded (causal, grouped key-value heads) and padded (a bool mask, K/V repeated); the adapter's masked
+    # self- and cross-attention; the DiT's unmasked self-attention over the image and cross-attention to 512 tokens.
+    ("anima", "text_encoder"): [dict(prompt_tokens=20, text_padded=False), dict(prompt_tokens=24, batch=2)],
+    ("anima", "text_conditioner"): [dict(prompt_tokens=20), dict(prompt_tokens=16, batch=2)],
+    ("anima", "transformer"): [dict(width=80, height=48), dict(width=64, height=64, batch=2)],
+    ("anima", "vae_decode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
+    ("anima", "vae_encode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
 }
 
 Key = tuple[int, int, int, int, bool, bool]

@@ -157,6 +157,11 @@ def test_real_sd15_unet_self_attention_at_512() -> None:
         ("krea2", "text_encoder", (32, 546, 546, 128, True, False, 36)),
         ("krea2", "transformer", (48, 4608, 4608, 128, True, False, 28)),
         ("krea2", "vae_decode", (1, 16384, 16384, 384, False, False, 1)),
+        # Anima: Qwen3-0.6B's 16 query heads (K/V repeated from 8 under a mask), the adapter's 16 heads of 64, the
+        # DiT's self-attention over 64 x 64 image tokens (its cross-attention to 512 is smaller).
+        ("anima", "text_encoder", (16, 512, 512, 128, True, False, 28)),
+        ("anima", "text_conditioner", (16, 512, 512, 64, True, False, 6)),
+        ("anima", "transformer", (16, 4096, 4096, 128, False, False, 28)),
     ],
 )
 def test_real_configs_at_1024_attend_where_the_models_do(family: str, component: str, shape: tuple) -> None:
@@ -195,7 +200,8 @@ def test_guidance_doubles_the_sd_unet_batch_but_not_krea2s() -> None:
 def test_activation_grows_with_resolution_and_batch(device: str, family: str, component: str) -> None:
     """Twice the batch at least doubles the activations, less what is made once per call, not per image: on the
     CPU the SD convolutions' weight copies (FLUX's and Z-Image's VAE is SD's), T5's position bias, and the float32
-    weights an SDXL float16 VAE is upcast to. Text encoders do not see the resolution."""
+    weights an SDXL float16 VAE is upcast to. Text encoders (and Anima's text conditioner) do not see the
+    resolution."""
     config = config_for(family, component, family)
 
     def at(size: int, batch: int = 1) -> int:
@@ -213,7 +219,7 @@ def test_activation_grows_with_resolution_and_batch(device: str, family: str, co
         assert batched > small
     else:
         assert batched >= 2 * small - 2
-    if not component.startswith("text_encoder"):
+    if not component.startswith("text_"):
         assert at(1024) > 2 * small
 
 

@@ -85,8 +85,7 @@ def build_pipeline(**transformer_overrides: Any) -> Any:
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from invokeai.backend.families.flux.tiny_t5 import build_t5_tokenizer
-    from invokeai.backend.models.tiny_tokenizers import build_clip_tokenizer
+    from invokeai.backend.models.tiny_tokenizers import build_clip_tokenizer, build_t5_tokenizer
 
     tokenizer = build_clip_tokenizer()
     clip_config = CLIPTextConfig(

@@ -16,6 +16,7 @@ import torch
 from invokeai.backend.families.family import DemoModel, Family, FileRule, GraphFacts, InvokeAIFacts
 from invokeai.backend.families.zimage import constants as c
 from invokeai.backend.families.zimage import estimators, layout, records, runs
+from invokeai.backend.models import qwen3_encoder_file
 from invokeai.backend.models.config_variants import ConfigVariant
 
 NAME = c.NAME
@@ -90,7 +91,7 @@ def _load_gguf(path: Path, variant: ConfigVariant, component: str, dtype: torch.
 
 
 def _load_text_encoder(path: Path, variant: ConfigVariant, component: str, dtype: torch.dtype) -> Any:
-    return layout.load_text_encoder(path, variant, dtype)
+    return qwen3_encoder_file.load_text_encoder(path, variant, dtype)
 
 
 def _matches(names: Iterable[str]) -> bool:
@@ -98,11 +99,13 @@ def _matches(names: Iterable[str]) -> bool:
 
 
 def _matches_text_encoder(names: Iterable[str]) -> bool:
-    return layout.is_text_encoder(names)
+    return qwen3_encoder_file.is_text_encoder(names)
 
 
 def _text_encoder_refusal(shapes: Mapping[str, tuple[int, ...]]) -> str | None:
-    return layout.text_encoder_refusal(shapes, CONFIG_VARIANTS)
+    return qwen3_encoder_file.text_encoder_refusal(
+        shapes, CONFIG_VARIANTS, "Z-Image", "Qwen3-4B (ComfyUI's qwen_3_4b.safetensors)"
+    )
 
 
 # ComfyUI's split files: the transformer (diffusion_models/, or GGUF), the Qwen3 text encoder (text_encoders/
@@ -133,9 +136,9 @@ FILES = (
         what="Qwen3 text encoder (ComfyUI's qwen_3_4b.safetensors)",
         components=("text_encoder",),
         matches=_matches_text_encoder,
-        signature=layout.text_encoder_signature,
+        signature=qwen3_encoder_file.text_encoder_signature,
         load=_load_text_encoder,
-        canonical_name=layout.text_encoder_name,
+        canonical_name=qwen3_encoder_file.text_encoder_name,
         refusal=_text_encoder_refusal,
     ),
 )

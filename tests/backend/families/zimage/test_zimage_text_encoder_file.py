@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from invokeai.backend.families.zimage import generation, layout
+from invokeai.backend.families.zimage import generation
 from invokeai.backend.families.zimage.descriptor import CONFIG_VARIANTS, FAMILY
+from invokeai.backend.models import qwen3_encoder_file
 from invokeai.backend.models.errors import UnsupportedModelError
 from invokeai.backend.models.loaders import components_of, load_component
 from invokeai.backend.models.probe import probe_model
@@ -51,7 +52,9 @@ def sparse_safetensors(path: Path, shapes: dict[str, tuple[int, ...]], dtype: st
     return path
 
 
-def qwen3_shapes(config: dict[str, Any], prefix: str = layout.TEXT_ENCODER_PREFIX) -> dict[str, tuple[int, ...]]:
+def qwen3_shapes(
+    config: dict[str, Any], prefix: str = qwen3_encoder_file.TEXT_ENCODER_PREFIX
+) -> dict[str, tuple[int, ...]]:
     """The tensor shapes of a Qwen3Model of this config, named as ComfyUI's file names them (no weights)."""
     from transformers import Qwen3Config, Qwen3Model
 
@@ -65,11 +68,11 @@ def test_a_comfyui_text_encoder_file_is_the_demos_qwen3_encoder(
     text_encoder: Any, demo_zimage: Path, tmp_path: Path, prefix: bool, lm_head: bool
 ) -> None:
     path = tmp_path / "qwen_3_4b.safetensors"
-    layout.write_comfyui_text_encoder(text_encoder, path, lm_head=lm_head)
+    qwen3_encoder_file.write_comfyui_text_encoder(text_encoder, path, lm_head=lm_head)
     if not prefix:  # as Qwen3Model saves itself
         from safetensors.torch import load_file, save_file
 
-        save_file(layout.text_encoder_state(load_file(path)), str(path))
+        save_file(qwen3_encoder_file.text_encoder_state(load_file(path)), str(path))
     assert kind(path) == ("z-image", "qwen3_encoder", "checkpoint", "zimage-demo")
     probe = probe_model(path)
     assert components_of(probe) == ("text_encoder",)
@@ -117,11 +120,11 @@ def test_other_qwen3_sizes_and_other_language_models_are_refused(tmp_path: Path)
     demo = qwen3_shapes(VARIANTS["zimage-demo"].component_config("text_encoder"))
     # Qwen2 and Llama: no per-head query and key norms. Gemma 3: those, with feed-forward norms Qwen3 has not.
     qwen2 = {name: shape for name, shape in demo.items() if "_norm." not in name or "layernorm" in name}
-    assert not layout.is_text_encoder(qwen2)
+    assert not qwen3_encoder_file.is_text_encoder(qwen2)
     with pytest.raises(UnsupportedModelError, match="in no single-file layout"):
         probe_model(sparse_safetensors(tmp_path / "qwen2.safetensors", qwen2))
     gemma = {**demo, "model.layers.0.pre_feedforward_layernorm.weight": (32,)}
-    assert not layout.is_text_encoder(gemma) and layout.is_text_encoder(demo)
+    assert not qwen3_encoder_file.is_text_encoder(gemma) and qwen3_encoder_file.is_text_encoder(demo)
     with pytest.raises(UnsupportedModelError, match="in no single-file layout"):
         probe_model(sparse_safetensors(tmp_path / "gemma.safetensors", gemma))
 
@@ -130,7 +133,7 @@ def test_a_file_with_a_tensor_the_architecture_lacks_is_refused_at_load(text_enc
     from safetensors.torch import load_file, save_file
 
     path = tmp_path / "qwen_extra.safetensors"
-    layout.write_comfyui_text_encoder(text_encoder, path)
+    qwen3_encoder_file.write_comfyui_text_encoder(text_encoder, path)
     state = load_file(path)
     state["model.layers.0.self_attn.extra.weight"] = torch.zeros(2, 2)
     save_file(state, str(path))
