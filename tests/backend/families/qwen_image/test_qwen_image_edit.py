@@ -1,0 +1,151 @@
+"""Qwen-Image-Edit generation equals the stock pipelines' images on demo-qwen-image-edit (CPU fp32, within 1/255 per
+pixel): QwenImageEditPipeline with one reference image and QwenImageEditPlusPipeline with two, reference images of
+other sizes than the output (the pipelines resize them), several sizes, seeds and true CFG scales, with and without a
+negative prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from invokeai.backend.families.qwen_image import edit, generation
+from invokeai.backend.families.qwen_image.constants import EDIT_PIPELINE, EDIT_PLUS_PIPELINE
+
+STEPS = 2
+
+
+def edit_pipeline(folder: Path, class_name: str) -> Any:
+    """The stock Edit pipeline `class_name` on `folder`. Its processor is passed in, read from the folder's
+    processor/ files: transformers' Qwen2VLProcessor cannot be built without torchvision, which this venv lacks."""
+    import diffusers
+
+    from invokeai.backend.families.qwen_image.vision_processor import load_processor
+
+    pipe = getattr(diffusers, class_name).from_pretrained(
+        folder, processor=load_processor(folder), dtype=torch.float32, local_files_only=True
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+
+def gradient(width: int, height: int, seed: int) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    base = np.linspace(0, 255, width, dtype=np.float32)[None, :, None] * np.ones((height, 1, 3), np.float32)
+    noise = rng.uniform(-40, 40, (height, width, 3)).astype(np.float32)
+    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
+
+
+@pytest.fixture(scope="module")
+def pipes(demo_qwen_image_edit: Path) -> dict[str, Any]:
+    edit_pipe = edit_pipeline(demo_qwen_image_edit, EDIT_PIPELINE)
+    # Edit-Plus on the same components: only the prompting and the reference sizes differ.
+    plus = getattr(__import__("diffusers"), EDIT_PLUS_PIPELINE)(**edit_pipe.components)
+    plus.set_progress_bar_config(disable=True)
+    return {EDIT_PIPELINE: edit_pipe, EDIT_PLUS_PIPELINE: plus}
+
+
+def ours(
+    pipe: Any, pipeline: str, prompt: str, images: list[Image.Image], width: int, height: int, seed: int, cfg: float,
+    negative: str | None,
+) -> Image.Image:  # fmt: skip
+    embeds, mask = edit.encode_prompt(pipe.text_encoder, pipe.processor, pipeline, prompt, images, "cpu")
+    negative_embeds = negative_mask = None
+    if negative is not None:
+        negative_embeds, negative_mask = edit.encode_prompt(
+            pipe.text_encoder, pipe.processor, pipeline, negative, images, "cpu"
+        )
+    references = [edit.encode_reference(pipe.vae, image, dtype=torch.float32) for image in images]
+    latents = generation.denoise(
+        pipe.transformer,
+        pipe.scheduler,
+        prompt_embeds=embeds,
+        prompt_mask=mask,
+        negative_embeds=negative_embeds,
+        negative_mask=negative_mask,
+        width=width,
+        height=height,
+        steps=STEPS,
+        seed=seed,
+        device="cpu",
+        dtype=torch.float32,
+        true_cfg_scale=cfg,
+        reference_latents=references,
+    )
+    return generation.vae_decode(pipe.vae, latents)
+
+
+def theirs(
+    pipe: Any, pipeline: str, prompt: str, images: list[Image.Image], width: int, height: int, seed: int, cfg: float,
+    negative: str | None,
+) -> Image.Image:  # fmt: skip
+    return pipe(
+        image=images if pipeline == EDIT_PLUS_PIPELINE else images[0],
+        prompt=prompt,
+        negative_prompt=negative,
+        true_cfg_scale=cfg,
+        width=width,
+        height=height,
+        num_inference_steps=STEPS,
+        generator=torch.Generator("cpu").manual_seed(seed),
+        output_type="pil",
+    ).images[0]
+
+
+def difference(a: Image.Image, b: Image.Image) -> int:
+    return int(np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).max())
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "references", "width", "height", "seed", "cfg", "negative"),
+    [
+        (EDIT_PIPELINE, [(96, 64)], 64, 64, 0, 4.0, " "),
+        (EDIT_PIPELINE, [(80, 112)], 96, 64, 7, 2.5, "blurry, red"),
+        (EDIT_PLUS_PIPELINE, [(96, 64), (48, 80)], 64, 48, 1, 4.0, " "),
+        (EDIT_PLUS_PIPELINE, [(64, 64), (112, 80)], 48, 64, 11, 3.0, None),
+    ],
+)
+def test_edit_equals_the_stock_pipeline(
+    pipes: dict[str, Any],
+    pipeline: str,
+    references: list[tuple[int, int]],
+    width: int,
+    height: int,
+    seed: int,
+    cfg: float,
+    negative: str | None,
+) -> None:
+    pipe = pipes[pipeline]
+    images = [gradient(w, h, index) for index, (w, h) in enumerate(references)]
+    prompt = "make the sky a red painting of a house"
+    mine = ours(pipe, pipeline, prompt, images, width, height, seed, cfg, negative)
+    stock = theirs(pipe, pipeline, prompt, images, width, height, seed, cfg, negative)
+    assert mine.size == stock.size == (width, height)
+    assert difference(mine, stock) <= 1
+
+
+def test_the_reference_image_steers_the_edit(pipes: dict[str, Any]) -> None:
+    """The vision tower's tokens and the reference latents both reach the output: another reference image, same
+    everything else, gives another image."""
+    pipe = pipes[EDIT_PIPELINE]
+    args = ("make it blue", 64, 64, 0, 4.0, " ")
+    a = ours(pipe, EDIT_PIPELINE, args[0], [Image.new("RGB", (96, 64), (0, 0, 0))], *args[1:])
+    b = ours(pipe, EDIT_PIPELINE, args[0], [Image.new("RGB", (96, 64), (255, 255, 255))], *args[1:])
+    assert difference(a, b) > 1
+
+
+def test_reference_sizes_are_the_pipelines() -> None:
+    assert edit.reference_size(96, 64) == (1248, 832)
+    assert edit.reference_size(64, 64) == (1024, 1024)
+    assert edit.reference_size(96, 64, 384 * 384) == (480, 320)
+
+
+@pytest.mark.parametrize(("pipeline", "count"), [(EDIT_PIPELINE, 0), (EDIT_PIPELINE, 2), (EDIT_PLUS_PIPELINE, 0)])
+def test_a_wrong_reference_count_is_refused(pipeline: str, count: int) -> None:
+    with pytest.raises(ValueError, match="reference image"):
+        edit.check_references(pipeline, count)
