@@ -1,6 +1,7 @@
 """The Qwen-Image family descriptor: diffusers QwenImagePipeline folders (text-to-image, and image-to-image as
-QwenImageImg2ImgPipeline), the transformer alone as ComfyUI's diffusion model file (bf16 or fp8) and as GGUF, the demo
-models, the estimators and InvokeAI's qwen_image_* nodes.
+QwenImageImg2ImgPipeline), Qwen-Image-Edit's (QwenImageEditPipeline, QwenImageEditPlusPipeline: reference images),
+the transformer alone as ComfyUI's diffusion model file (bf16 or fp8) and as GGUF, the demo models, the estimators
+and InvokeAI's qwen_image_* nodes.
 
 Imports no diffusers or transformers at import time (the server imports every descriptor at startup).
 """
@@ -19,7 +20,7 @@ from invokeai.backend.families.qwen_image import constants as c
 from invokeai.backend.models.config_variants import ConfigVariant
 
 NAME = c.NAME
-PIPELINE_CLASSES = ("QwenImagePipeline", "QwenImageImg2ImgPipeline")
+PIPELINE_CLASSES = ("QwenImagePipeline", "QwenImageImg2ImgPipeline", c.EDIT_PIPELINE, c.EDIT_PLUS_PIPELINE)
 CONFIGS = Path(__file__).parent / "configs"
 # The class each module component must be: a folder with another (a Z-Image or FLUX.1 VAE, say) is refused at
 # install, naming the class expected, rather than failing at the first image.
@@ -195,6 +196,12 @@ def _build_demo(path: Path) -> None:
     demo.build(path)
 
 
+def _build_demo_edit(path: Path) -> None:
+    from invokeai.backend.families.qwen_image import demo
+
+    demo.build_edit(path)
+
+
 def _build_demo_gguf(path: Path) -> None:
     from invokeai.backend.families.qwen_image import demo
 
@@ -219,6 +226,16 @@ DEMOS = (
         format="gguf",
         filename="demo-qwen-image-gguf.gguf",
         build=_build_demo_gguf,
+    ),
+    DemoModel(
+        name="demo-qwen-image-edit",
+        description="Random-weight Qwen-Image-Edit pipeline (QwenImageEditPipeline: a tiny Qwen2.5-VL whose vision "
+        "tower sees the reference image, its Qwen2-VL processor, the transformer, the causal VAE) for exercising "
+        "editing with reference images; its images are noise.",
+        type="main",
+        format="diffusers",
+        filename="demo-qwen-image-edit",
+        build=_build_demo_edit,
     ),
 )
 
@@ -261,6 +278,8 @@ FAMILY = Family(
     files=FILES,
     demos=DEMOS,
     folder_check=folder_check,
+    # The pipeline class the folder names: Edit and Edit-Plus encode reference images each their own way.
+    pipeline_options={"_class_name": PIPELINE_CLASSES[0]},
     checked_configs=("transformer", "vae", "text_encoder", "scheduler"),
     # InvokeAI 6.14.2's BaseModelType has Qwen-Image (taxonomy.py: QwenImage = "qwen-image").
     invokeai=InvokeAIFacts(base="qwen-image", describe=records.describe),

@@ -49,4 +49,3 @@ def demo_qwen_image_edit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("qwen-image-edit-demo") / demo.EDIT_NAME
     demo.build_edit(path)
     return path
-

@@ -33,7 +33,6 @@ def edit_pipeline(folder: Path, class_name: str) -> Any:
     return pipe
 
 
-
 def gradient(width: int, height: int, seed: int) -> Image.Image:
     rng = np.random.default_rng(seed)
     base = np.linspace(0, 255, width, dtype=np.float32)[None, :, None] * np.ones((height, 1, 3), np.float32)
@@ -130,13 +129,30 @@ def test_edit_equals_the_stock_pipeline(
 
 
 def test_the_reference_image_steers_the_edit(pipes: dict[str, Any]) -> None:
-    """The vision tower's tokens and the reference latents both reach the output: another reference image, same
-    everything else, gives another image."""
+    """The reference image reaches the transformer both ways: through the vision tower's tokens in the prompt
+    embeddings and as reference latents. (The tiny random model's pixels barely show it, so latents are compared.)"""
     pipe = pipes[EDIT_PIPELINE]
-    args = ("make it blue", 64, 64, 0, 4.0, " ")
-    a = ours(pipe, EDIT_PIPELINE, args[0], [Image.new("RGB", (96, 64), (0, 0, 0))], *args[1:])
-    b = ours(pipe, EDIT_PIPELINE, args[0], [Image.new("RGB", (96, 64), (255, 255, 255))], *args[1:])
-    assert difference(a, b) > 1
+    dark, light = Image.new("RGB", (96, 64), (0, 0, 0)), Image.new("RGB", (96, 64), (255, 255, 255))
+
+    def run(seen: Image.Image, encoded: Image.Image) -> torch.Tensor:
+        embeds, _ = edit.encode_prompt(pipe.text_encoder, pipe.processor, EDIT_PIPELINE, "make it blue", [seen], "cpu")
+        return generation.denoise(
+            pipe.transformer,
+            pipe.scheduler,
+            prompt_embeds=embeds,
+            width=64,
+            height=64,
+            steps=STEPS,
+            seed=0,
+            device="cpu",
+            dtype=torch.float32,
+            true_cfg_scale=1.0,
+            reference_latents=[edit.encode_reference(pipe.vae, encoded)],
+        )
+
+    base = run(dark, dark)
+    assert (run(light, dark) - base).abs().max() > 1e-3  # the vision tower's tokens
+    assert (run(dark, light) - base).abs().max() > 1e-3  # the reference latents
 
 
 def test_reference_sizes_are_the_pipelines() -> None:
