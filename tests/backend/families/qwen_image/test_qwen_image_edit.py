@@ -5,6 +5,7 @@ negative prompt."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +166,45 @@ def test_reference_sizes_are_the_pipelines() -> None:
 def test_a_wrong_reference_count_is_refused(pipeline: str, count: int) -> None:
     with pytest.raises(ValueError, match="reference image"):
         edit.check_references(pipeline, count)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "sizes"), [(EDIT_PIPELINE, [(96, 64)]), (EDIT_PLUS_PIPELINE, [(80, 112), (64, 64)])]
+)
+def test_the_text_encoders_attention_calls_are_the_listed_ones(
+    pipes: dict[str, Any], monkeypatch: pytest.MonkeyPatch, pipeline: str, sizes: list[tuple[int, int]]
+) -> None:
+    """The node's facts (edit.prompt_tokens, edit.vision_patches) make the estimator list the calls the Edit
+    encoding makes: the vision tower's windowed and full-image calls, then the causal text layers."""
+    import torch.nn.functional as F
+
+    from invokeai.backend.cache.estimate import CallFacts
+    from invokeai.backend.families.qwen_image import estimators
+
+    pipe = pipes[pipeline]
+    images = [gradient(w, h, index) for index, (w, h) in enumerate(sizes)]
+    facts = CallFacts(
+        torch.device("cpu"),
+        torch.float32,
+        prompt_tokens=edit.prompt_tokens(pipe.processor, pipeline, "make it blue", images),
+        text_padded=False,
+        vision_patches=tuple(edit.vision_patches(pipe.processor, pipeline, images)),
+    )
+    listed: Counter[tuple] = Counter()
+    for call in estimators.text_encoder(pipe.text_encoder.config, facts).attention_calls:
+        listed[(call.num_heads, call.query_len, call.key_len, call.head_dim, call.has_attn_mask, call.is_causal)] += (
+            call.count
+        )
+    recorded: Counter[tuple] = Counter()
+    real = F.scaled_dot_product_attention
+
+    def recorder(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):  # type: ignore[no-untyped-def]
+        heads = query.shape[0] * query.shape[1]
+        recorded[(heads, query.shape[-2], key.shape[-2], query.shape[-1], attn_mask is not None, bool(is_causal))] += 1
+        return real(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recorder)
+    edit.encode_prompt(pipe.text_encoder, pipe.processor, pipeline, "make it blue", images, "cpu")
+    monkeypatch.setattr(F, "scaled_dot_product_attention", real)
+    assert recorded == listed
+    assert len(listed) > 2  # windows, whole images and the text
