@@ -26,11 +26,15 @@ transformer W: its width, d: head dim, S = T + image tokens):
   the measured peak: 1.06-1.15 on the demo (padded and not, 60-1058 tokens), 1.17 at Qwen2.5-VL-7B's widths with
   two layers (300 and 1058 tokens).
 - text encoder with reference images (Qwen-Image-Edit; `vision_patches`): the vision tower runs first, over all the
-  images' patches P (batch 1, every image in one sequence): per patch the pixels (fp32), the patch embedding, the
-  rotary tables (fp32) and a window-ordered copy, and a block's larger phase, attention (residual, normalised input,
-  qkv, q and k rotated in fp32, the output, its concatenation and projection: 10 D + 2 D f32) or the MLP (residual,
-  normalised input, gate, up, activation and product: 2 D + 4 I). The text layers then run over the prompt with the
-  image tokens (`prompt_tokens` counts them). The larger of the two is priced.
+  images' patches P (batch 1, every image in one sequence): per patch the patch embedding, the rotary tables (fp32)
+  and a window-ordered copy, and a block's larger phase, attention (7 D + 2 D f32: residual, normalised input, qkv,
+  q and k rotated in fp32, the output and its projection) or the MLP (2 D + 3 I: residual, normalised input, gate,
+  up and their product; widths fitted to the measured peaks). The pixels are the call's input, as the text's token
+  ids are. The text layers then run over the prompt with the image tokens (`prompt_tokens` counts them), holding two
+  more copies of the embeddings (the tokens' own and the image features scattered in). The larger of the two is
+  priced: against the measured peak, 1.07-1.17 on demo-qwen-image-edit's encoder (one to three images, 200-600
+  tokens) and 1.11 on Qwen2.5-VL-7B's vision tower (two blocks, 1024 and 1216 patches). The transformer with
+  reference latents: 1.11 (one and two references at 1 MP).
 - transformer: B x the largest of a block's three phases, in widths W of item per token, + the rotary tables
   (complex64, 4 d bytes a token). A block keeps its locals until it returns, and its caller the block's input:
   during the image stream's feed-forward an image token holds 15 (input, new residual, normalised and modulated
@@ -95,6 +99,9 @@ def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     # Per token, beside every layer: the embedding output the text model holds, the rotary tables (cos and sin on
     # the three mRoPE axes and the layer's merged pair), and a padded batch's bool (L, L) mask row.
     held = hidden * item + 8 * head_dim * item + (tokens if facts.text_padded else 0)
+    if facts.vision_patches:
+        # The embeddings with the image features scattered in, and the tokens' own beside them (measured: 2 widths).
+        held += 2 * hidden * item
     # A layer's phases: the rotation (residual, normalised input, q, k, v, their rotated copies and rotate_half
     # temporaries), SDPA (residual, normalised input, rotated q and k, v, the output; a padded batch adds K and V
     # repeated to the query heads and the mask's additive copy) and the MLP (residual and its fp32 norm, the gate's
@@ -155,14 +162,12 @@ def vision_activation(vision: dict, facts: CallFacts) -> int:
     hidden, inner = vision["hidden_size"], vision["intermediate_size"]
     head_dim = hidden // vision["num_heads"]
     item, f32 = facts.dtype.itemsize, fp32_bytes(facts.dtype)
-    pixels = (
-        vision.get("in_channels", vision.get("in_chans", 3)) * vision["temporal_patch_size"] * vision["patch_size"] ** 2
-    )
     patches = facts.batch * sum(rows * columns for rows, columns in facts.vision_patches)
-    # Beside every block: the pixels, the patch embedding, the rotary tables and their window-ordered copies.
-    held = pixels * f32 + hidden * item + 4 * head_dim * f32
-    attention = 10 * hidden * item + 2 * hidden * f32
-    mlp = 2 * hidden * item + 4 * inner * item
+    # Beside every block: the patch embedding, the rotary tables and their window-ordered copies (the pixels are
+    # the call's input, as the text's token ids are).
+    held = hidden * item + 4 * head_dim * f32
+    attention = 7 * hidden * item + 2 * hidden * f32
+    mlp = 2 * hidden * item + 3 * inner * item
     return _scaled("vision", patches * (held + max(attention, mlp)))
 
 
