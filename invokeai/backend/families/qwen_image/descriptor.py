@@ -96,12 +96,19 @@ def folder_check(configs: Mapping[str, dict[str, Any]]) -> list[str]:
         )
     for flag, what in (
         ("guidance_embeds", "a guidance-distilled transformer, which needs a guidance input the nodes lack"),
-        ("zero_cond_t", "Qwen-Image-Edit's reference-conditioned transformer"),
         ("use_additional_t_cond", "Qwen-Image-Layered's transformer"),
         ("use_layer3d_rope", "Qwen-Image-Layered's transformer"),
     ):
         if transformer.get(flag):
             found.append(f"its transformer sets {flag}: {what}")
+    # Qwen-Image-Edit-2511's transformer modulates the reference tokens at timestep zero, from the image shapes the
+    # Edit pipelines pass; without reference images it has nothing to do so on.
+    pipeline = configs.get("model_index", {}).get("_class_name", PIPELINE_CLASSES[0])
+    if transformer.get("zero_cond_t") and pipeline not in (c.EDIT_PIPELINE, c.EDIT_PLUS_PIPELINE):
+        found.append(
+            f"its transformer sets zero_cond_t (Qwen-Image-Edit-2511's reference conditioning) but the folder is a "
+            f"{pipeline}; only {c.EDIT_PIPELINE} and {c.EDIT_PLUS_PIPELINE} folders give it reference images"
+        )
     scheduler = configs.get("scheduler", {}).get("_class_name", "FlowMatchEulerDiscreteScheduler")
     if scheduler != "FlowMatchEulerDiscreteScheduler":
         found.append(f"its scheduler is {scheduler}; Qwen-Image samples with FlowMatchEulerDiscreteScheduler")

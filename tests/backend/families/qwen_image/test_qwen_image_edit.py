@@ -47,7 +47,14 @@ def pipes(demo_qwen_image_edit: Path) -> dict[str, Any]:
     # Edit-Plus on the same components: only the prompting and the reference sizes differ.
     plus = getattr(__import__("diffusers"), EDIT_PLUS_PIPELINE)(**edit_pipe.components)
     plus.set_progress_bar_config(disable=True)
-    return {EDIT_PIPELINE: edit_pipe, EDIT_PLUS_PIPELINE: plus}
+    # Qwen-Image-Edit-2511: Edit-Plus with a transformer that modulates the reference tokens at timestep zero.
+    from invokeai.backend.families.qwen_image import demo
+
+    zero_cond = getattr(__import__("diffusers"), EDIT_PLUS_PIPELINE)(
+        **{**edit_pipe.components, "transformer": demo.build_transformer(zero_cond_t=True)}
+    )
+    zero_cond.set_progress_bar_config(disable=True)
+    return {EDIT_PIPELINE: edit_pipe, EDIT_PLUS_PIPELINE: plus, "2511": zero_cond}
 
 
 def ours(
@@ -108,6 +115,7 @@ def difference(a: Image.Image, b: Image.Image) -> int:
         (EDIT_PIPELINE, [(80, 112)], 96, 64, 7, 2.5, "blurry, red"),
         (EDIT_PLUS_PIPELINE, [(96, 64), (48, 80)], 64, 48, 1, 4.0, " "),
         (EDIT_PLUS_PIPELINE, [(64, 64), (112, 80)], 48, 64, 11, 3.0, None),
+        ("2511", [(96, 64)], 64, 64, 5, 4.0, " "),
     ],
 )
 def test_edit_equals_the_stock_pipeline(
@@ -121,6 +129,7 @@ def test_edit_equals_the_stock_pipeline(
     negative: str | None,
 ) -> None:
     pipe = pipes[pipeline]
+    pipeline = EDIT_PLUS_PIPELINE if pipeline == "2511" else pipeline
     images = [gradient(w, h, index) for index, (w, h) in enumerate(references)]
     prompt = "make the sky a red painting of a house"
     mine = ours(pipe, pipeline, prompt, images, width, height, seed, cfg, negative)
