@@ -217,3 +217,21 @@ def test_the_text_encoders_attention_calls_are_the_listed_ones(
     monkeypatch.setattr(F, "scaled_dot_product_attention", real)
     assert recorded == listed
     assert len(listed) > 2  # windows, whole images and the text
+
+
+def test_the_edit_demo_builds_the_same_bytes_and_probes_as_an_edit_model(
+    demo_qwen_image_edit: Path, tmp_path: Path
+) -> None:
+    from invokeai.backend.families.qwen_image import demo
+    from invokeai.backend.models.probe import probe_model
+
+    again = tmp_path / demo.EDIT_NAME
+    demo.build_edit(again)
+    files = sorted(p for p in demo_qwen_image_edit.rglob("*") if p.is_file())
+    assert [p.relative_to(demo_qwen_image_edit) for p in files] == sorted(
+        p.relative_to(again) for p in again.rglob("*") if p.is_file()
+    )
+    for path in files:
+        assert path.read_bytes() == (again / path.relative_to(demo_qwen_image_edit)).read_bytes(), path.name
+    probe = probe_model(demo_qwen_image_edit)
+    assert (probe.family, probe.type, probe.format) == ("qwen-image", "main", "diffusers")
