@@ -201,7 +201,7 @@ class QwenImageTextEncoderInvocation(QwenImageNode):
         try:
             edit.check_references(pipeline, len(self.reference_images))
         except ValueError as error:
-            raise ValueError(f"reference_images: model {encoder.name!r} is a {error}") from None
+            raise ValueError(f"reference_images: model {encoder.name!r} ({pipeline}): {error}") from None
         images = [context.load_image(field).convert("RGB") for field in self.reference_images]
         processor = context.models.load_files(encoder, "processor", load_processor)
         tokens = edit.prompt_tokens(processor, pipeline, self.prompt, images)

@@ -194,3 +194,16 @@ def test_two_references_for_qwen_image_edit_are_refused_naming_edit_plus(client:
         time.sleep(0.1)
     assert item["status"] == "failed"
     assert "reference_images" in item["error_message"] and "QwenImageEditPlusPipeline" in item["error_message"]
+
+
+def test_reference_images_for_a_text_to_image_model_are_refused_naming_the_edit_pipelines(client: httpx.Client) -> None:
+    body = with_references(example(NAME), [upload(client, noisy(64, 64, 6))])
+    body["batch"]["graph"]["nodes"]["loader"]["model"] = {"name": "demo-qwen-image"}
+    item_id = enqueue(client, body)
+    deadline = time.monotonic() + 120
+    while (item := item_of(client, item_id))["status"] not in FINISHED:
+        assert time.monotonic() < deadline, item
+        time.sleep(0.1)
+    assert item["status"] == "failed"
+    message = item["error_message"]
+    assert "reference_images" in message and "QwenImagePipeline" in message and "QwenImageEditPipeline" in message
