@@ -28,6 +28,7 @@ How the peak is measured:
 
 Usage: PYTHONPATH=. python scripts/calibrate_working_memory.py [--device cpu|cuda] [--dtype float32|float16|bfloat16]
        [--sizes 64,128,256] [--repeats 5] [--attention-backend auto] [--min-mib 8 | --batch N]
+       [--demo NAME] [--facts JSON]
        [--full-size [FAMILY] [--variant NAME] [--override key=value,...]]
        [--components unet,vae_decode,vae_encode,text_encoder,transformer]
 """
@@ -109,7 +110,9 @@ def _cuda_peak(run: Any, device: torch.device) -> int:
 
 
 def _facts(args: argparse.Namespace, size: int, batch: int) -> CallFacts:
-    return CallFacts(torch.device(args.device), DTYPES[args.dtype], width=size, height=size, batch=batch)
+    return CallFacts(
+        torch.device(args.device), DTYPES[args.dtype], **{"width": size, "height": size, **args.facts, "batch": batch}
+    )
 
 
 def _batch_for(estimator: Any, config: Any, args: argparse.Namespace, size: int) -> int:
@@ -156,22 +159,27 @@ def _in_child(function: Any, *args: Any) -> Any:
     )
 
 
-def _demo_folder(family: str) -> str:
-    """The family's first demo model that is a whole diffusers pipeline: every component to measure."""
+def _demo_folder(family: str, name: str | None = None) -> str:
+    """The family's demo model `name`, else its first that is a whole diffusers pipeline: every component to
+    measure."""
     from invokeai.backend.families import get_family
 
-    return next(demo.filename for demo in get_family(family).demos if demo.format == "diffusers")
+    return next(
+        demo.filename
+        for demo in get_family(family).demos
+        if demo.format == "diffusers" and (name is None or demo.name == name)
+    )
 
 
 def _folder(family: str, args: argparse.Namespace) -> str:
-    return FULL_SIZE_FOLDER if args.full_size else _demo_folder(family)
+    return FULL_SIZE_FOLDER if args.full_size else _demo_folder(family, args.demo)
 
 
-def _build_demos(root: Path, families: list[str]) -> list[str]:
+def _build_demos(root: Path, families: list[str], demo: str | None = None) -> list[str]:
     from invokeai.backend.families import get_family
     from invokeai.backend.models.demo import build_demo_models
 
-    names = tuple(d.name for f in families for d in get_family(f).demos if d.filename == _demo_folder(f))
+    names = tuple(d.name for f in families for d in get_family(f).demos if d.filename == _demo_folder(f, demo))
     return [model.name for model in build_demo_models(root, names)]
 
 
@@ -256,6 +264,11 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
         )
 
 
+def _tuples(value: Any) -> Any:
+    """JSON lists as the tuples CallFacts holds."""
+    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
@@ -282,6 +295,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help='with --full-size: config values to change, e.g. "num_layers=2,num_single_layers=2"',
     )
     parser.add_argument(
+        "--demo",
+        default=None,
+        help="measure this demo model (a whole pipeline; its family's components only) instead of each family's "
+        "first, e.g. demo-qwen-image-edit",
+    )
+    parser.add_argument(
+        "--facts",
+        default={},
+        type=lambda text: {k: _tuples(v) for k, v in json.loads(text).items()},
+        help='CallFacts for every row beside the size and batch, as JSON, e.g. \'{"prompt_tokens": 340, '
+        '"text_padded": false, "vision_patches": [[16, 16]]}\' (a Qwen-Image-Edit text encoder with one image)',
+    )
+    parser.add_argument(
         "--components",
         default=None,
         type=lambda text: text.split(","),
@@ -298,6 +324,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from invokeai.backend.families import get_family
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before diffusers loads huggingface_hub: nothing may download
     args = parse_args(argv)
     cpu = args.device == "cpu"
@@ -313,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     components = [
         (family, component)
         for family, component in ESTIMATORS
-        if args.full_size in (None, family) and (args.components is None or component in args.components)
+        if args.full_size in (None, family)
+        and (args.components is None or component in args.components)
+        and (args.demo is None or any(demo.name == args.demo for demo in get_family(family).demos))
     ]
     if not components:
         print(f"nothing to measure: no estimator of {args.full_size or 'any family'} among {args.components}")
@@ -325,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             modules = sorted({model_component(family, component) for family, component in components})
             build, build_args = _build_full_size, (Path(tmp), modules, args)
         else:
-            build, build_args = _build_demos, (Path(tmp), families)
+            build, build_args = _build_demos, (Path(tmp), families, args.demo)
         # The build runs torch ops; in a child, so the parent forks measurement children with no thread pool.
         _in_child(build, *build_args) if cpu else build(*build_args)
         _import_component_classes(Path(tmp), components, args)

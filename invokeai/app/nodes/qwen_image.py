@@ -9,6 +9,11 @@ family whose graphs decode with it (InvokeAI's Krea-2 graphs do: its VAE is Qwen
 Inputs InvokeAI has for features this server lacks (Qwen-Image-Edit's reference images and latents, inpainting,
 encoder quantization, tiled coding, LoRAs) are accepted when null, empty or at their defaults, and refused, naming
 the input, otherwise.
+
+Qwen-Image-Edit (a QwenImageEditPipeline or QwenImageEditPlusPipeline folder) runs through the same nodes as
+InvokeAI wires them: qwen_image_text_encoder takes the reference images (its `reference_images`; the vision tower
+sees them), qwen_image_i2l encodes each one as a reference (`reference` true: resized and encoded as the Edit
+pipelines do) and qwen_image_denoise takes those latents (`reference_latents`), for the pipelines' image.
 """
 
 from __future__ import annotations
@@ -44,7 +49,12 @@ from invokeai.app.nodes.model_use import (
 from invokeai.app.nodes.unsupported_inputs import only, unsupported
 from invokeai.app.services.model_records import ModelRecord
 from invokeai.backend.families import FAMILIES
-from invokeai.backend.families.qwen_image.constants import NAME, TRUE_CFG_SCALE
+from invokeai.backend.families.qwen_image.constants import (
+    EDIT_PIPELINE,
+    EDIT_PLUS_PIPELINE,
+    NAME,
+    TRUE_CFG_SCALE,
+)
 from invokeai.backend.families.qwen_image.descriptor import FAMILY as QWEN_IMAGE
 
 CONDITIONING = TensorKind("conditioning", ("qwen_image_prompt_embeds",), "qwen_image_text_encoder")
@@ -153,8 +163,11 @@ class QwenImageTextEncoderInvocation(QwenImageNode):
 
     type: Literal["qwen_image_text_encoder"] = "qwen_image_text_encoder"
     prompt: str = InputField(description="The prompt")
-    reference_images: Annotated[list[ImageField], unsupported("Qwen-Image-Edit's reference images", "[]")] = InputField(
-        default=[], description="Qwen-Image-Edit's reference images; this server takes none yet ([])"
+    reference_images: list[ImageField] = InputField(
+        default=[],
+        description=f"Qwen-Image-Edit's reference images: one for a {EDIT_PIPELINE} model, one or more for a "
+        f"{EDIT_PLUS_PIPELINE} model, none for the others. The encoder's vision tower sees them; qwen_image_denoise "
+        "takes their latents (qwen_image_i2l with reference true) as reference_latents",
     )
     qwen_vl_encoder: QwenVLEncoderField = InputField(description="The Qwen2.5-VL encoder (qwen_image_model_loader)")
     quantization: Annotated[Literal["none", "int8", "nf4"], only("none", "quantizing the encoder (quantization)")] = (
@@ -164,6 +177,11 @@ class QwenImageTextEncoderInvocation(QwenImageNode):
     def invoke(self, context: InvocationContext) -> QwenImageConditioningOutput:
         generation = self.backend()
         encoder = family_model(context, self.qwen_vl_encoder.text_encoder, NAME)
+        pipeline = context.models.pipeline_options(encoder)["_class_name"]
+        if self.reference_images or pipeline in (EDIT_PIPELINE, EDIT_PLUS_PIPELINE):
+            embeds = self._encode_with_images(context, encoder, pipeline)
+            name = CONDITIONING.save(context, embeds)
+            return QwenImageConditioningOutput(conditioning=QwenImageConditioningField(conditioning_name=name))
         tokenizer = context.models.load(context.models.resolve(self.qwen_vl_encoder.tokenizer), "tokenizer")
         ids, _ = generation.tokenize(tokenizer, [self.prompt], "cpu")
         # One prompt is never padded: the text model runs causal without a mask, which is what is priced.
@@ -173,6 +191,28 @@ class QwenImageTextEncoderInvocation(QwenImageNode):
             embeds, _ = generation.encode_prompt(text_encoder, tokenizer, self.prompt, context.models.device)
         name = CONDITIONING.save(context, embeds)
         return QwenImageConditioningOutput(conditioning=QwenImageConditioningField(conditioning_name=name))
+
+    def _encode_with_images(self, context: InvocationContext, encoder: ModelRecord, pipeline: str) -> Any:
+        """The prompt with the reference images, as the model's Edit pipeline encodes it (the processor from the
+        model's processor/ files)."""
+        from invokeai.backend.families.qwen_image import edit
+        from invokeai.backend.families.qwen_image.vision_processor import load_processor
+
+        try:
+            edit.check_references(pipeline, len(self.reference_images))
+        except ValueError as error:
+            raise ValueError(f"reference_images: model {encoder.name!r} ({pipeline}): {error}") from None
+        images = [context.load_image(field).convert("RGB") for field in self.reference_images]
+        processor = context.models.load_files(encoder, "processor", load_processor)
+        tokens = edit.prompt_tokens(processor, pipeline, self.prompt, images)
+        patches = tuple(edit.vision_patches(processor, pipeline, images))
+        with context.models.on_device(
+            encoder, "text_encoder", prompt_tokens=tokens, text_padded=False, vision_patches=patches
+        ) as text_encoder:
+            embeds, _ = edit.encode_prompt(
+                text_encoder, processor, pipeline, self.prompt, images, context.models.device
+            )
+        return embeds
 
 
 class QwenImageDenoiseInvocation(QwenImageNode):
@@ -188,8 +228,10 @@ class QwenImageDenoiseInvocation(QwenImageNode):
     latents: LatentsField | None = InputField(
         default=None, description="Latents to start from (qwen_image_i2l), for image-to-image; their size must match"
     )
-    reference_latents: Annotated[LatentsField | None, unsupported("Qwen-Image-Edit's reference latents")] = InputField(
-        default=None, description="Qwen-Image-Edit's reference latents; this server takes none yet (null)"
+    reference_latents: LatentsField | list[LatentsField] | None = InputField(
+        default=None,
+        description="Qwen-Image-Edit's reference latents (qwen_image_i2l with reference true), one per reference "
+        "image given to qwen_image_text_encoder, in the same order; any size",
     )
     denoise_mask: Annotated[dict[str, Any] | None, unsupported("inpainting (a denoise mask)")] = InputField(
         default=None, description="InvokeAI's inpainting mask; this server has no Qwen-Image inpainting yet (null)"
@@ -228,6 +270,11 @@ class QwenImageDenoiseInvocation(QwenImageNode):
             )
         return scales
 
+    def _references(self, context: InvocationContext) -> list[Any]:
+        fields = self.reference_latents
+        fields = [] if fields is None else [fields] if isinstance(fields, LatentsField) else fields
+        return [LATENTS.load(context, field.latents_name)[0] for field in fields]
+
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         generation = self.backend()
         record = family_model(context, self.transformer.transformer, NAME)
@@ -240,6 +287,7 @@ class QwenImageDenoiseInvocation(QwenImageNode):
         if self.latents is not None:
             init_latents = start_latents(context, record, LATENTS, self.latents.latents_name, self.width, self.height)
             strength = 1.0 - self.denoising_start
+        references = self._references(context)
         steps_run = generation.steps_run(self.steps, strength)
         scales = self._scales(steps_run)
         guided = negative is not None and any(scale > 1 for scale in scales)
@@ -251,6 +299,7 @@ class QwenImageDenoiseInvocation(QwenImageNode):
         on_step = step_reporter(
             context, fitted_preview(context, record, generation.known_preview_projection, generation.preview_projection)
         )
+        scale = QWEN_IMAGE.constants.latent_scale
         tokens = positive.shape[1] if negative is None or not guided else max(positive.shape[1], negative.shape[1])
         with context.models.on_device(
             record,
@@ -260,6 +309,7 @@ class QwenImageDenoiseInvocation(QwenImageNode):
             prompt_tokens=tokens,
             guidance=guided,
             text_padded=False,
+            reference_sizes=tuple((r.shape[-1] * scale, r.shape[-2] * scale) for r in references),
         ) as transformer:
             latents = generation.denoise(
                 transformer,
@@ -275,6 +325,7 @@ class QwenImageDenoiseInvocation(QwenImageNode):
                 true_cfg_scale=scales,
                 init_latents=init_latents,
                 strength=strength,
+                reference_latents=references,
                 on_step=on_step,
             )
         return latents_output(context, LATENTS, latents, self.width, self.height)
@@ -331,11 +382,19 @@ class QwenImageImageToLatentsInvocation(QwenImageNode):
         default=None, ge=16, le=8192, multiple_of=16, description="Resize the image to this height first (unset: as is)"
     )
     seed: int = InputField(default=0, ge=0, le=SEED_MAX, description="The seed of the posterior sample")
+    reference: bool = InputField(
+        default=False,
+        description="Encode a Qwen-Image-Edit reference image for qwen_image_denoise's reference_latents, as the "
+        "Edit pipelines do: resized to about 1024x1024 pixels at its aspect ratio (sides multiples of 32) unless "
+        "width and height are set, the posterior's mode (no seed)",
+    )
 
     def invoke(self, context: InvocationContext) -> LatentsOutput:
         generation = self.backend()
         vae = provider(context, family_model(context, self.vae.vae, NAME), "vae")
         image = context.load_image(self.image).convert("RGB")
+        if self.reference:
+            return self._reference(context, vae, image)
         width, height = self.width or image.width, self.height or image.height
         multiple = QWEN_IMAGE.constants.size_multiple
         if width % multiple or height % multiple:
@@ -345,4 +404,13 @@ class QwenImageImageToLatentsInvocation(QwenImageNode):
             )
         with context.models.on_device(vae, "vae_encode", width=width, height=height) as module:
             latents = generation.vae_encode(module, image, self.seed, width=self.width, height=self.height)
+        return latents_output(context, LATENTS, latents, width, height)
+
+    def _reference(self, context: InvocationContext, vae: ModelRecord, image: Any) -> LatentsOutput:
+        from invokeai.backend.families.qwen_image import edit
+
+        width, height = edit.reference_size(image.width, image.height)
+        width, height = self.width or width, self.height or height
+        with context.models.on_device(vae, "vae_encode", width=width, height=height) as module:
+            latents = edit.encode_reference(module, image, width=width, height=height)
         return latents_output(context, LATENTS, latents, width, height)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,17 @@ class ModelManager:
         with self._small_lock:
             if key not in self._small:
                 self._small[key] = self._loader(record, component)()
+            return self._small[key]
+
+    def load_files(self, record: ModelRecord, part: str, read: Callable[[Path], Any]) -> Any:
+        """What a family reads from the model's files beside its components (Qwen-Image-Edit's processor/):
+        `read(path)` of the model's folder or file, once, kept like its tokenizers under `part` until the model
+        is forgotten."""
+        key = cache_key(record, part) + self._small_suffix
+        with self._small_lock:
+            if key not in self._small:
+                with _files_of(record):
+                    self._small[key] = read(self._probe(record).path)
             return self._small[key]
 
     def import_libraries(self, record: ModelRecord) -> list[str]:

@@ -23,7 +23,10 @@ class CallFacts:
     """One node call. `batch` is images per denoise or VAE call and prompts per text-encoder call; the family's
     estimator applies its own guidance layout (SD-1 doubles the UNet batch, Krea-2 makes two batch-1 calls).
     `prompt_tokens` is the text length the denoiser conditions on (None: the family's fixed length, 77 for CLIP,
-    512 for Krea-2's padded block). `text_padded`: the prompt is shorter than that length, so masks are passed."""
+    512 for Krea-2's padded block). `text_padded`: the prompt is shorter than that length, so masks are passed.
+    Editing models see reference images: `vision_patches` gives the (rows, columns) of patches a text encoder's
+    vision tower cuts each into, `reference_sizes` the (width, height) in pixels of each image whose latents a
+    denoiser takes beside the generated ones."""
 
     device: torch.device
     dtype: torch.dtype
@@ -33,6 +36,8 @@ class CallFacts:
     prompt_tokens: int | None = None
     guidance: bool = True
     text_padded: bool = True
+    vision_patches: tuple[tuple[int, int], ...] = ()
+    reference_sizes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("flux_text_encoder", "prompt_2"): "this server's addition: a separate T5 prompt; unset, T5 gets the prompt",
     ("z_image_i2l", "seed"): "this server's addition: the posterior sample's seed (InvokeAI samples it unseeded)",
     ("qwen_image_i2l", "seed"): "this server's addition: the posterior sample's seed (InvokeAI samples it unseeded)",
+    ("qwen_image_i2l", "reference"): "this server's addition: true encodes a Qwen-Image-Edit reference as the Edit "
+    "pipelines do (their size, the posterior's mode); false (the default) encodes as InvokeAI does",
 }
 
 # (node type, input) -> why this server's node defaults an input InvokeAI requires. InvokeAI's graphs always set it,

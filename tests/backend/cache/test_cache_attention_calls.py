@@ -53,10 +53,17 @@ FACTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("z-image", "vae_encode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
     # An unpadded prompt (causal, grouped key-value heads) and a padded batch (a bool mask, K/V repeated); the
     # transformer's joint attention unmasked for one prompt and masked for a padded batch.
-    ("qwen-image", "text_encoder"): [dict(prompt_tokens=50, text_padded=False), dict(prompt_tokens=60, batch=2)],
+    ("qwen-image", "text_encoder"): [
+        dict(prompt_tokens=50, text_padded=False),
+        dict(prompt_tokens=60, batch=2),
+        # Qwen-Image-Edit: the vision tower over two reference images' patches, then the text with their tokens.
+        dict(prompt_tokens=130, text_padded=False, vision_patches=((12, 20), (8, 8))),
+    ],
     ("qwen-image", "transformer"): [
         dict(width=80, height=48, prompt_tokens=20, text_padded=False),
         dict(width=64, height=64, prompt_tokens=24, batch=2),
+        # Qwen-Image-Edit: two reference images' latents appended to the image tokens.
+        dict(width=64, height=48, prompt_tokens=30, text_padded=False, reference_sizes=((96, 64), (48, 80))),
     ],
     ("qwen-image", "vae_decode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],
     ("qwen-image", "vae_encode"): [dict(width=72, height=56), dict(width=64, height=64, batch=2)],

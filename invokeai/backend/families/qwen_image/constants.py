@@ -44,3 +44,27 @@ CONSTANTS = Constants(
     size_multiple=SIZE_MULTIPLE,
     text_lengths={"text_encoder": MAX_SEQUENCE_LENGTH},
 )
+
+# Qwen-Image-Edit (QwenImageEditPipeline) and Edit-Plus (QwenImageEditPlusPipeline): the text encoder sees the
+# reference images through Qwen2.5-VL's vision tower, inside another system prompt whose prefix (everything before
+# the user turn's content) is EDIT_TEMPLATE_PREFIX_TOKENS tokens; the image tokens stay in the embeddings. Edit puts
+# one image in the template; Edit-Plus puts "Picture i: <image>" before the prompt for each of its images.
+EDIT_PIPELINE = "QwenImageEditPipeline"
+EDIT_PLUS_PIPELINE = "QwenImageEditPlusPipeline"
+EDIT_SYSTEM_PROMPT = (
+    "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, objects, "
+    "background), then explain how the user's text instruction should alter or modify the image. Generate a new "
+    "image that meets the user's requirements while maintaining consistency with the original input where "
+    "appropriate.<|im_end|>\n<|im_start|>user\n"
+)
+VISION_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+EDIT_TEMPLATE = EDIT_SYSTEM_PROMPT + VISION_PLACEHOLDER + "{}<|im_end|>\n<|im_start|>assistant\n"
+EDIT_PLUS_TEMPLATE = EDIT_SYSTEM_PROMPT + "{}<|im_end|>\n<|im_start|>assistant\n"
+EDIT_PLUS_PICTURE = "Picture {}: " + VISION_PLACEHOLDER
+EDIT_TEMPLATE_PREFIX_TOKENS = 64
+# The pixel areas the Edit pipelines resize a reference image to, at its aspect ratio with sides rounded to
+# multiples of REFERENCE_SIDE_MULTIPLE: what the VAE encodes (both; Edit's vision tower sees that image too) and what
+# Edit-Plus's vision tower sees.
+REFERENCE_VAE_AREA = 1024 * 1024
+REFERENCE_CONDITION_AREA = 384 * 384
+REFERENCE_SIDE_MULTIPLE = 32

@@ -1,6 +1,7 @@
 """The Qwen-Image family descriptor: diffusers QwenImagePipeline folders (text-to-image, and image-to-image as
-QwenImageImg2ImgPipeline), the transformer alone as ComfyUI's diffusion model file (bf16 or fp8) and as GGUF, the demo
-models, the estimators and InvokeAI's qwen_image_* nodes.
+QwenImageImg2ImgPipeline), Qwen-Image-Edit's (QwenImageEditPipeline, QwenImageEditPlusPipeline: reference images),
+the transformer alone as ComfyUI's diffusion model file (bf16 or fp8) and as GGUF, the demo models, the estimators
+and InvokeAI's qwen_image_* nodes.
 
 Imports no diffusers or transformers at import time (the server imports every descriptor at startup).
 """
@@ -19,7 +20,7 @@ from invokeai.backend.families.qwen_image import constants as c
 from invokeai.backend.models.config_variants import ConfigVariant
 
 NAME = c.NAME
-PIPELINE_CLASSES = ("QwenImagePipeline", "QwenImageImg2ImgPipeline")
+PIPELINE_CLASSES = ("QwenImagePipeline", "QwenImageImg2ImgPipeline", c.EDIT_PIPELINE, c.EDIT_PLUS_PIPELINE)
 CONFIGS = Path(__file__).parent / "configs"
 # The class each module component must be: a folder with another (a Z-Image or FLUX.1 VAE, say) is refused at
 # install, naming the class expected, rather than failing at the first image.
@@ -95,12 +96,19 @@ def folder_check(configs: Mapping[str, dict[str, Any]]) -> list[str]:
         )
     for flag, what in (
         ("guidance_embeds", "a guidance-distilled transformer, which needs a guidance input the nodes lack"),
-        ("zero_cond_t", "Qwen-Image-Edit's reference-conditioned transformer"),
         ("use_additional_t_cond", "Qwen-Image-Layered's transformer"),
         ("use_layer3d_rope", "Qwen-Image-Layered's transformer"),
     ):
         if transformer.get(flag):
             found.append(f"its transformer sets {flag}: {what}")
+    # Qwen-Image-Edit-2511's transformer modulates the reference tokens at timestep zero, from the image shapes the
+    # Edit pipelines pass; without reference images it has nothing to do so on.
+    pipeline = configs.get("model_index", {}).get("_class_name", PIPELINE_CLASSES[0])
+    if transformer.get("zero_cond_t") and pipeline not in (c.EDIT_PIPELINE, c.EDIT_PLUS_PIPELINE):
+        found.append(
+            f"its transformer sets zero_cond_t (Qwen-Image-Edit-2511's reference conditioning) but the folder is a "
+            f"{pipeline}; only {c.EDIT_PIPELINE} and {c.EDIT_PLUS_PIPELINE} folders give it reference images"
+        )
     scheduler = configs.get("scheduler", {}).get("_class_name", "FlowMatchEulerDiscreteScheduler")
     if scheduler != "FlowMatchEulerDiscreteScheduler":
         found.append(f"its scheduler is {scheduler}; Qwen-Image samples with FlowMatchEulerDiscreteScheduler")
@@ -195,6 +203,12 @@ def _build_demo(path: Path) -> None:
     demo.build(path)
 
 
+def _build_demo_edit(path: Path) -> None:
+    from invokeai.backend.families.qwen_image import demo
+
+    demo.build_edit(path)
+
+
 def _build_demo_gguf(path: Path) -> None:
     from invokeai.backend.families.qwen_image import demo
 
@@ -219,6 +233,16 @@ DEMOS = (
         format="gguf",
         filename="demo-qwen-image-gguf.gguf",
         build=_build_demo_gguf,
+    ),
+    DemoModel(
+        name="demo-qwen-image-edit",
+        description="Random-weight Qwen-Image-Edit pipeline (QwenImageEditPipeline: a tiny Qwen2.5-VL whose vision "
+        "tower sees the reference image, its Qwen2-VL processor, the transformer, the causal VAE) for exercising "
+        "editing with reference images; its images are noise.",
+        type="main",
+        format="diffusers",
+        filename="demo-qwen-image-edit",
+        build=_build_demo_edit,
     ),
 )
 
@@ -261,6 +285,8 @@ FAMILY = Family(
     files=FILES,
     demos=DEMOS,
     folder_check=folder_check,
+    # The pipeline class the folder names: Edit and Edit-Plus encode reference images each their own way.
+    pipeline_options={"_class_name": PIPELINE_CLASSES[0]},
     checked_configs=("transformer", "vae", "text_encoder", "scheduler"),
     # InvokeAI 6.14.2's BaseModelType has Qwen-Image (taxonomy.py: QwenImage = "qwen-image").
     invokeai=InvokeAIFacts(base="qwen-image", describe=records.describe),

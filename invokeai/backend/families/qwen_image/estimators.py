@@ -25,6 +25,16 @@ transformer W: its width, d: head dim, S = T + image tokens):
   the language-model head (generation.text_model): no logits, and no hidden state but the last is kept. Against
   the measured peak: 1.06-1.15 on the demo (padded and not, 60-1058 tokens), 1.17 at Qwen2.5-VL-7B's widths with
   two layers (300 and 1058 tokens).
+- text encoder with reference images (Qwen-Image-Edit; `vision_patches`): the vision tower runs first, over all the
+  images' patches P (batch 1, every image in one sequence): per patch the patch embedding, the rotary tables (fp32)
+  and a window-ordered copy, and a block's larger phase, attention (7 D + 2 D f32: residual, normalised input, qkv,
+  q and k rotated in fp32, the output and its projection) or the MLP (2 D + 3 I: residual, normalised input, gate,
+  up and their product; widths fitted to the measured peaks). The pixels are the call's input, as the text's token
+  ids are. The text layers then run over the prompt with the image tokens (`prompt_tokens` counts them), holding two
+  more copies of the embeddings (the tokens' own and the image features scattered in). The larger of the two is
+  priced: against the measured peak, 1.07-1.17 on demo-qwen-image-edit's encoder (one to three images, 200-600
+  tokens) and 1.11 on Qwen2.5-VL-7B's vision tower (two blocks, 1024 and 1216 patches). The transformer with
+  reference latents: 1.11 (one and two references at 1 MP).
 - transformer: B x the largest of a block's three phases, in widths W of item per token, + the rotary tables
   (complex64, 4 d bytes a token). A block keeps its locals until it returns, and its caller the block's input:
   during the image stream's feed-forward an image token holds 15 (input, new residual, normalised and modulated
@@ -41,6 +51,8 @@ there until the script is run on a GPU.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from invokeai.backend.cache import causal_vae
 from invokeai.backend.cache.estimate import (
@@ -64,7 +76,7 @@ ROTARY_BYTES = 8  # a complex64 rotary factor per pair of head channels, whateve
 # stream, in the other stream's before (text, during the image's) and after (image, during the text's) its own, and
 # in the joint attention.
 MLP_PEAK_WIDTHS, MLP_OTHER_STREAM_WIDTHS, MLP_DONE_STREAM_WIDTHS, ATTENTION_WIDTHS = 15, 5, 8, 10
-ACTIVATION_FACTOR = {"text_encoder": 1.1, "transformer": 1.1}
+ACTIVATION_FACTOR = {"text_encoder": 1.1, "transformer": 1.1, "vision": 1.1}
 
 
 def _scaled(operation: str, structural_bytes: float) -> int:
@@ -87,6 +99,9 @@ def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     # Per token, beside every layer: the embedding output the text model holds, the rotary tables (cos and sin on
     # the three mRoPE axes and the layer's merged pair), and a padded batch's bool (L, L) mask row.
     held = hidden * item + 8 * head_dim * item + (tokens if facts.text_padded else 0)
+    if facts.vision_patches:
+        # The embeddings with the image features scattered in, and the tokens' own beside them (measured: 2 widths).
+        held += 2 * hidden * item
     # A layer's phases: the rotation (residual, normalised input, q, k, v, their rotated copies and rotate_half
     # temporaries), SDPA (residual, normalised input, rotated q and k, v, the output; a padded batch adds K and V
     # repeated to the query heads and the mask's additive copy) and the MLP (residual and its fp32 norm, the gate's
@@ -98,6 +113,11 @@ def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
     mlp = hidden * item + hidden * f32 + int(3.5 * inner) * item
     per_sequence = tokens * (held + max(rotation, sdpa, mlp))
     activation = _scaled("text_encoder", facts.batch * per_sequence)
+    vision_calls: list[AttentionCall] = []
+    if facts.vision_patches:
+        vision = config_dict(c["vision_config"])
+        activation = max(activation, vision_activation(vision, facts))
+        vision_calls = vision_attention(vision, facts)
     call = AttentionCall(
         num_heads=facts.batch * heads,
         query_len=tokens,
@@ -109,15 +129,56 @@ def text_encoder(config: ConfigLike, facts: CallFacts) -> WorkingMemory:
         count=layers,
         batch=facts.batch,
     )
-    return WorkingMemory(activation, [call])
+    return WorkingMemory(activation, [*vision_calls, call])
+
+
+def _spans(cells: int, window: int) -> list[int]:
+    """The sizes of the windows `cells` merged cells are cut into along one side (the last one partial)."""
+    return [window] * (cells // window) + ([cells % window] if cells % window else [])
+
+
+def vision_attention(vision: dict, facts: CallFacts) -> list[AttentionCall]:
+    """Qwen2.5-VL's vision tower under SDPA: every block attends within each image (full-attention blocks) or each
+    window of `window_size` pixels (the others), one unmasked call per image or window, all images in one batch."""
+    heads, merge = vision["num_heads"], vision["spatial_merge_size"]
+    head_dim = vision["hidden_size"] // heads
+    depth = vision["depth"]
+    full = len({index for index in vision.get("fullatt_block_indexes", ()) if 0 <= index < depth})
+    window = vision["window_size"] // merge // vision["patch_size"]
+    lengths: Counter[int] = Counter()
+    for rows, columns in facts.vision_patches:
+        lengths[rows * columns] += full * facts.batch
+        for window_rows in _spans(rows // merge, window):
+            for window_columns in _spans(columns // merge, window):
+                lengths[window_rows * window_columns * merge * merge] += (depth - full) * facts.batch
+    return [
+        AttentionCall(num_heads=heads, query_len=length, key_len=length, head_dim=head_dim, count=count)
+        for length, count in sorted(lengths.items())
+        if count
+    ]
+
+
+def vision_activation(vision: dict, facts: CallFacts) -> int:
+    hidden, inner = vision["hidden_size"], vision["intermediate_size"]
+    head_dim = hidden // vision["num_heads"]
+    item, f32 = facts.dtype.itemsize, fp32_bytes(facts.dtype)
+    patches = facts.batch * sum(rows * columns for rows, columns in facts.vision_patches)
+    # Beside every block: the patch embedding, the rotary tables and their window-ordered copies (the pixels are
+    # the call's input, as the text's token ids are).
+    held = hidden * item + 4 * head_dim * f32
+    attention = 7 * hidden * item + 2 * hidden * f32
+    mlp = 2 * hidden * item + 3 * inner * item
+    return _scaled("vision", patches * (held + max(attention, mlp)))
 
 
 # --- transformer --------------------------------------------------------------------------------------------
 
 
 def image_tokens(facts: CallFacts) -> int:
+    """The generated image's tokens and the reference images' (Qwen-Image-Edit), which the transformer appends."""
     side = LATENT_SCALE * PATCH
-    return (facts.height // side) * (facts.width // side)
+    references = sum((height // side) * (width // side) for width, height in facts.reference_sizes)
+    return (facts.height // side) * (facts.width // side) + references
 
 
 def transformer(config: ConfigLike, facts: CallFacts) -> WorkingMemory:

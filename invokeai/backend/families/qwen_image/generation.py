@@ -81,16 +81,26 @@ def encode_prompt(
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
     ids, mask = tokenize(tokenizer, prompts, device)
     hidden = text_model(text_encoder)(input_ids=ids, attention_mask=mask).last_hidden_state
+    embeds, real = masked_embeddings(hidden, mask, TEMPLATE_PREFIX_TOKENS)
+    if real is not None:
+        real = real[:, :max_sequence_length]
+        real = None if bool(real.all()) else real
+    return embeds[:, :max_sequence_length].to(dtype=text_encoder.dtype, device=device), real
+
+
+def masked_embeddings(hidden: torch.Tensor, mask: torch.Tensor, drop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(embeddings, mask or None): each sequence's real tokens without its first `drop` (the template's system
+    prefix), the batch padded with zeros to its longest; the mask marks the real tokens and is None when none is
+    padding (the pipelines pass a mask only where there is padding)."""
     lengths = mask.bool().sum(dim=1).tolist()
-    kept = [states[TEMPLATE_PREFIX_TOKENS:] for states in torch.split(hidden[mask.bool()], lengths, dim=0)]
+    kept = [states[drop:] for states in torch.split(hidden[mask.bool()], lengths, dim=0)]
     longest = max(states.shape[0] for states in kept)
     embeds = torch.stack([torch.cat([s, s.new_zeros(longest - s.shape[0], s.shape[1])]) for s in kept])
     real = torch.stack(
         [torch.cat([torch.ones(s.shape[0], dtype=torch.long), torch.zeros(longest - s.shape[0], dtype=torch.long)])
          for s in kept]
     ).to(embeds.device)  # fmt: skip
-    embeds, real = embeds[:, :max_sequence_length], real[:, :max_sequence_length]
-    return embeds.to(dtype=text_encoder.dtype, device=device), (None if bool(real.all()) else real)
+    return embeds, (None if bool(real.all()) else real)
 
 
 def image_shift(image_tokens: int, scheduler_config: Mapping[str, Any]) -> float:
@@ -160,6 +170,7 @@ def denoise(
     true_cfg_scale: float | Sequence[float] = TRUE_CFG_SCALE,
     init_latents: torch.Tensor | None = None,
     strength: float = 1.0,
+    reference_latents: Sequence[torch.Tensor] = (),
     on_step: StepCallback | None = None,
 ) -> torch.Tensor:
     """Denoised latents (B, 16, height/8, width/8), in `dtype`, ready for `vae_decode`; B is the prompt batch.
@@ -169,8 +180,11 @@ def denoise(
     step actually run (InvokeAI's per-step CFG), a step at 1 or less running the positive alone. Without
     `init_latents` this is text-to-image; with latents from `vae_encode(vae, image, seed)` it is image-to-image,
     `strength` of the way into the schedule. `dtype` is the transformer's compute dtype, which the latents are
-    drawn and kept in, as the pipeline keeps them in its prompt embeddings' dtype. `on_step(step, total, latents)`
-    gets unpacked latents after every step; `total` counts the steps actually run.
+    drawn and kept in, as the pipeline keeps them in its prompt embeddings' dtype. `reference_latents` (Qwen-Image-
+    Edit's: `edit.encode_reference` outputs, (1, 16, h, w) each, any size) are packed and appended to the image
+    tokens of every call, in order, as the Edit pipelines append them; the prediction is read off the generated
+    tokens only. `on_step(step, total, latents)` gets unpacked latents after every step; `total` counts the steps
+    actually run.
     """
     check_size(width, height)
     if steps < 1:
@@ -188,7 +202,23 @@ def denoise(
     channels = transformer.config.in_channels // (PATCH * PATCH)
     h, w = height // LATENT_SCALE, width // LATENT_SCALE
     noise_shape = (batch, 1, channels, h, w)  # the pipeline's (batch, frames, channels, h, w)
-    img_shapes = [[(1, h // PATCH, w // PATCH)]] * batch
+    for reference in reference_latents:
+        if reference.dim() != 4 or reference.shape[0] != 1 or reference.shape[1] != channels:
+            raise ValueError(
+                f"reference latents have shape {tuple(reference.shape)}; the transformer takes (1, {channels}, h, w)"
+            )
+        if reference.shape[2] % PATCH or reference.shape[3] % PATCH:
+            raise ValueError(
+                f"reference latents of {reference.shape[3]}x{reference.shape[2]} cells do not pack into 2x2 patches; "
+                f"encode the reference image at sides that are multiples of {SIZE_MULTIPLE}"
+            )
+    references = None
+    if reference_latents:
+        packed = [pack_latents(r.to(device=device, dtype=dtype)) for r in reference_latents]
+        references = torch.cat(packed, dim=1).expand(batch, -1, -1)
+    img_shapes = [
+        [(1, h // PATCH, w // PATCH)] + [(1, r.shape[2] // PATCH, r.shape[3] // PATCH) for r in reference_latents]
+    ] * batch
 
     sigmas = np.linspace(1.0, 1 / steps, steps)
     mu = image_shift((h // PATCH) * (w // PATCH), scheduler.config)
@@ -229,6 +259,9 @@ def denoise(
 
     def velocity(latents: torch.Tensor, conditioning: tuple[torch.Tensor, torch.Tensor | None], t: torch.Tensor) -> Any:
         embeds, mask = conditioning
+        generated = latents.shape[1]
+        if references is not None:
+            latents = torch.cat([latents, references], dim=1)
         return transformer(
             hidden_states=latents,
             timestep=t / TIMESTEP_SCALE,
@@ -238,7 +271,7 @@ def denoise(
             img_shapes=img_shapes,
             attention_kwargs={},
             return_dict=False,
-        )[0]
+        )[0][:, :generated]
 
     total = len(timesteps)
     scales = [float(true_cfg_scale)] * total if isinstance(true_cfg_scale, int | float) else list(true_cfg_scale)

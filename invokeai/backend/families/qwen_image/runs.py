@@ -30,11 +30,36 @@ def _mask(facts: CallFacts, length: int, valid: int) -> torch.Tensor:
 
 
 def text_encoder(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
-    text = config_dict(config_dict(model.config).get("text_config", model.config))
+    config = config_dict(model.config)
+    text = config_dict(config.get("text_config", model.config))
     length = facts.prompt_tokens or TOKENIZER_MAX_LENGTH + TEMPLATE_PREFIX_TOKENS
     ids = token_ids(generator, facts, text["vocab_size"], facts.batch, length)
     mask = _mask(facts, length, min(TEMPLATE_PREFIX_TOKENS + 8, length - 1))
-    return lambda: text_model(model)(input_ids=ids, attention_mask=mask).last_hidden_state
+    if not facts.vision_patches:
+        return lambda: text_model(model)(input_ids=ids, attention_mask=mask).last_hidden_state
+    # Qwen-Image-Edit: each prompt holds every image's tokens (one per merged 2x2 patches) after the template prefix,
+    # and the vision tower gets the images' patches.
+    vision = config_dict(config["vision_config"])
+    merge = vision["spatial_merge_size"]
+    specials = [config[key] for key in ("image_token_id", "vision_start_token_id", "vision_end_token_id")]
+    ids[torch.isin(ids, torch.tensor(specials, device=ids.device))] = 0
+    start = TEMPLATE_PREFIX_TOKENS
+    for rows, columns in facts.vision_patches:
+        tokens = rows * columns // merge**2
+        ids[:, start] = config["vision_start_token_id"]
+        ids[:, start + 1 : start + 1 + tokens] = config["image_token_id"]
+        ids[:, start + 1 + tokens] = config["vision_end_token_id"]
+        start += tokens + 2
+    if start > length:
+        raise ValueError(f"{length} prompt tokens cannot hold the images' {start - TEMPLATE_PREFIX_TOKENS} tokens")
+    grid = torch.tensor([[1, rows, columns] for rows, columns in facts.vision_patches] * facts.batch)
+    width = vision.get("in_channels", 3) * vision["temporal_patch_size"] * vision["patch_size"] ** 2
+    pixels = randn(generator, facts, int(grid.prod(dim=1).sum()), width)
+    return lambda: (
+        text_model(model)(
+            input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid.to(facts.device)
+        ).last_hidden_state
+    )
 
 
 def transformer(model: Any, facts: CallFacts, generator: torch.Generator) -> Run:
@@ -42,11 +67,13 @@ def transformer(model: Any, facts: CallFacts, generator: torch.Generator) -> Run
     text = facts.prompt_tokens or MAX_SEQUENCE_LENGTH
     side = LATENT_SCALE * PATCH
     grid_h, grid_w = facts.height // side, facts.width // side
-    latents = randn(generator, facts, facts.batch, grid_h * grid_w, c["in_channels"])
+    references = [(1, height // side, width // side) for width, height in facts.reference_sizes]
+    tokens = grid_h * grid_w + sum(rows * columns for _, rows, columns in references)
+    latents = randn(generator, facts, facts.batch, tokens, c["in_channels"])
     prompt = randn(generator, facts, facts.batch, text, c["joint_attention_dim"])
     mask = _mask(facts, text, min(8, text - 1)) if facts.text_padded else None
     timestep = torch.full((facts.batch,), 0.5, device=facts.device, dtype=facts.dtype)
-    shapes = [[(1, grid_h, grid_w)]] * facts.batch
+    shapes = [[(1, grid_h, grid_w), *references]] * facts.batch
     return lambda: model(
         hidden_states=latents,
         timestep=timestep,

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from invokeai.backend.families.qwen_image.constants import PROMPT_TEMPLATE, TEMPLATE_PREFIX, TEMPLATE_PREFIX_TOKENS
+from invokeai.backend.families.qwen_image.constants import (
+    EDIT_SYSTEM_PROMPT,
+    EDIT_TEMPLATE_PREFIX_TOKENS,
+    PROMPT_TEMPLATE,
+    TEMPLATE_PREFIX,
+    TEMPLATE_PREFIX_TOKENS,
+)
 from invokeai.backend.models.tiny_tokenizers import build_qwen2_tokenizer
 
 # Words that become single tokens. In Qwen's BPE a leading space belongs to the word: the template's words that
@@ -37,3 +43,25 @@ def check_template(tokenizer: Any) -> None:
             f"this tokenizer encodes the Qwen-Image template prefix to {prefix} tokens; the pipeline drops "
             f"{TEMPLATE_PREFIX_TOKENS}, so the prompt would be cut"
         )
+
+
+# Qwen-Image-Edit's system prompt, in words that make its prefix EDIT_TEMPLATE_PREFIX_TOKENS tokens: "(" after a
+# space, and "color", "'s" and ")," after punctuation, are single tokens too.
+_EDIT_LINE_START_WORDS = "system user Describe color 's ),"
+_EDIT_WORDS = (
+    "( the key features of input image shape size texture objects background then explain how user text instruction "
+    "should alter or modify Generate a new that meets requirements while maintaining consistency with original where "
+    "appropriate Picture photo painting portrait cat dog red blue green house tree sky make it"
+)
+
+
+def build_edit_tokenizer(model_max_length: int = 4096) -> Any:
+    """The demo Qwen-Image-Edit model's tokenizer: its system prefix encodes to the tokens the Edit pipelines drop."""
+    tokenizer = build_qwen2_tokenizer(_EDIT_WORDS, _EDIT_LINE_START_WORDS, model_max_length)
+    prefix = len(tokenizer(EDIT_SYSTEM_PROMPT).input_ids)
+    if prefix != EDIT_TEMPLATE_PREFIX_TOKENS:
+        raise ValueError(
+            f"this tokenizer encodes the Qwen-Image-Edit system prefix to {prefix} tokens; the pipelines drop "
+            f"{EDIT_TEMPLATE_PREFIX_TOKENS}, so the prompt would be cut"
+        )
+    return tokenizer

@@ -40,3 +40,12 @@ def qwen_pipe(demo_qwen_image: Path) -> Any:
     pipe = QwenImagePipeline.from_pretrained(demo_qwen_image, dtype=torch.float32, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+@pytest.fixture(scope="session")
+def demo_qwen_image_edit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from invokeai.backend.families.qwen_image import demo
+
+    path = tmp_path_factory.mktemp("qwen-image-edit-demo") / demo.EDIT_NAME
+    demo.build_edit(path)
+    return path
