@@ -12,10 +12,10 @@ and transformers (seconds of CPU, far more than reading a small model), then rea
   a guess). Tokenizers and schedulers come first: they are read in milliseconds, and a scheduler's first read
   imports every scheduler class diffusers lists as compatible with it.
 - After each module, its first calls: one forward of each operation the family runs it for (its calibration runs,
-  `Family.runs`) at a small shape (FIRST_CALL_PIXELS, FIRST_CALL_TOKENS), on the worker's device. The first call of a module pays once
-  per process for what torch and its kernels set up lazily (the kernels' first dispatch, oneDNN's primitives and
-  weight formats, the allocator's first pages): measured 0.02-0.04 s a module for the demo models on this CPU,
-  which the first item would pay otherwise.
+  `Family.runs`) at a small shape (FIRST_CALL_PIXELS, FIRST_CALL_TOKENS), on the worker's device. The first call of a
+  module pays once per process for what torch and its kernels set up lazily (the kernels' first dispatch, oneDNN's
+  primitives and weight formats, the allocator's first pages): measured 0.02-0.04 s a module for the demo models on
+  this CPU, which the first item would pay otherwise.
 - It stops at the first sign of real work (an enqueue, or a worker running an item), between two loads, or inside a
   first call, at the next submodule it enters: a node then loads what it needs itself. A load the warm-up began is
   finished once, and only the node that needs that very model waits for it (the cache reads a model outside its
@@ -202,7 +202,12 @@ class WarmUp:
         """One forward of each operation that runs `component` (see the module docstring), on `manager`'s device;
         the operations called. Raises _Preempted when real work arrives meanwhile."""
         family = get_family(record.family)
-        facts = {"width": FIRST_CALL_PIXELS, "height": FIRST_CALL_PIXELS, "batch": 1, "prompt_tokens": FIRST_CALL_TOKENS}
+        facts = {
+            "width": FIRST_CALL_PIXELS,
+            "height": FIRST_CALL_PIXELS,
+            "batch": 1,
+            "prompt_tokens": FIRST_CALL_TOKENS,
+        }
         called = []
         for operation in (op for op, runs in family.operations.items() if runs == component and op in family.runs):
             if self._yields():
