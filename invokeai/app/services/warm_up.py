@@ -11,15 +11,12 @@ and transformers (seconds of CPU, far more than reading a small model), then rea
   the most recent item's models first, each only where it fits beside what the cache holds (nothing is evicted for
   a guess). Tokenizers and schedulers come first: they are read in milliseconds, and a scheduler's first read
   imports every scheduler class diffusers lists as compatible with it.
-- After each module, its first calls: one forward of each operation the family runs it for (its calibration runs,
-  `Family.runs`) at a small shape (FIRST_CALL_PIXELS, FIRST_CALL_TOKENS), on the worker's device. The first call of a
-  module pays once per process for what torch and its kernels set up lazily (the kernels' first dispatch, oneDNN's
-  primitives and weight formats, the allocator's first pages): measured 0.02-0.04 s a module for the demo models on
-  this CPU, which the first item would pay otherwise.
-- It stops at the first sign of real work (an enqueue, or a worker running an item), between two loads, or inside a
-  first call, at the next submodule it enters: a node then loads what it needs itself. A load the warm-up began is
-  finished once, and only the node that needs that very model waits for it (the cache reads a model outside its
-  lock, under that model's own).
+- Not its modules' first calls: made here, in the warm-up's thread, they were measured not to shorten the first
+  item's calls in its worker's thread, and they took the time the warm-up had for reading what the item needs
+  (docs/performance.md, "Issue 26 §3").
+- It stops at the first sign of real work (an enqueue, or a worker running an item), between two loads: a node then
+  loads what it needs itself. A load the warm-up began is finished once, and only a node that needs that very model
+  waits for it (the cache reads a model outside its lock, under that model's own).
 """
 
 from __future__ import annotations
@@ -27,17 +24,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
-
-import torch
 
 from invokeai.app.services.events import BatchEnqueuedEvent, EventBase, EventBus
 from invokeai.app.services.model_manager import ModelManager
 from invokeai.app.services.model_records import ModelNotFoundError, ModelRecord
 from invokeai.app.services.session_processor import SessionProcessor
 from invokeai.app.services.session_queue import SessionQueue
-from invokeai.backend.attention import attention_caller
-from invokeai.backend.cache.component_runs import component_run
 from invokeai.backend.families import get_family
 
 logger = logging.getLogger(__name__)
@@ -45,17 +37,10 @@ logger = logging.getLogger(__name__)
 # How far back the warm-up looks: the models of the last RECENT_ITEMS completed items, at most MAX_MODELS of them.
 RECENT_ITEMS = 10
 MAX_MODELS = 3
-# The first calls' shape: small, so that they take milliseconds on a full-size model too (what they set up once per
-# process does not depend on the shape), and large enough for every family's latent scale and patch size.
-FIRST_CALL_PIXELS = 64
-# And a short text: the families' runs default to their full padded length (512 tokens for some).
-FIRST_CALL_TOKENS = 32
-# What the warm-up's attention calls are counted under (GET /api/v1/app/attention): not a node, but not hidden.
-FIRST_CALL_NODE = "warm-up"
 
 
 class _Preempted(Exception):
-    """Raised inside a first call when real work arrived: the forward stops at the next submodule."""
+    """Real work arrived: the background load stops."""
 
 
 class WarmUp:
@@ -160,7 +145,7 @@ class WarmUp:
 
     def _load(self) -> None:
         started = time.perf_counter()
-        loaded, skipped, called = [], [], []
+        loaded, skipped = [], []
         try:
             for record in self._records:
                 family = get_family(record.family)
@@ -180,56 +165,16 @@ class WarmUp:
                             logger.warning("Warm-up: could not load %s %s: %s", record.name, component, error)
                             held = False
                         (loaded if held else skipped).append(f"{record.name}/{component}")
-                        if held and component in family.module_components:
-                            called += self._first_calls(manager, record, component)
         except _Preempted:
             logger.info(
-                "Warm-up: stopped for real work after %.1f s (loaded: %s; first calls: %s)",
+                "Warm-up: stopped for real work after %.1f s (loaded: %s)",
                 time.perf_counter() - started,
                 ", ".join(dict.fromkeys(loaded)) or "nothing",
-                ", ".join(called) or "none",
             )
             return
         logger.info(
-            "Warm-up: loaded %s and made the first calls of %s in %.1f s%s",
+            "Warm-up: loaded %s in %.1f s%s",
             ", ".join(dict.fromkeys(loaded)) or "nothing",
-            ", ".join(called) or "nothing",
             time.perf_counter() - started,
             f"; left out (no room in the model cache without evicting): {', '.join(skipped)}" if skipped else "",
         )
-
-    def _first_calls(self, manager: ModelManager, record: ModelRecord, component: str) -> list[str]:
-        """One forward of each operation that runs `component` (see the module docstring), on `manager`'s device;
-        the operations called. Raises _Preempted when real work arrives meanwhile."""
-        family = get_family(record.family)
-        facts = {
-            "width": FIRST_CALL_PIXELS,
-            "height": FIRST_CALL_PIXELS,
-            "batch": 1,
-            "prompt_tokens": FIRST_CALL_TOKENS,
-        }
-        called = []
-        for operation in (op for op, runs in family.operations.items() if runs == component and op in family.runs):
-            if self._yields():
-                raise _Preempted
-            try:
-                with manager.on_device(record, operation, **facts) as module:
-                    run = component_run(record.family, operation, module, manager.facts(**facts))
-                    hook = torch.nn.modules.module.register_module_forward_pre_hook(self._stop_inside)
-                    try:
-                        with torch.inference_mode(), attention_caller(FIRST_CALL_NODE, str(manager.device)):
-                            run()
-                    finally:
-                        hook.remove()
-            except _Preempted:
-                raise
-            except Exception as error:  # only time is at stake: the node makes the call itself
-                logger.warning("Warm-up: the first call of %s %s failed: %s", record.name, operation, error)
-                continue
-            called.append(f"{record.name}/{operation}")
-        return called
-
-    def _stop_inside(self, module: torch.nn.Module, args: Any) -> None:
-        # Every module's forward, in every thread, while a first call runs: only the warm-up's own call is stopped.
-        if threading.current_thread() is self._thread and self._yields():
-            raise _Preempted

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from pathlib import Path
 
 import pytest
@@ -133,60 +132,23 @@ def test_a_server_without_models_warms_nothing(client: TestClient, caplog: pytes
     assert not warm_up.running and not caplog.records
 
 
-def test_it_makes_the_first_call_of_every_module_it_loads(
-    client: TestClient, sd1: ModelRecord, caplog: pytest.LogCaptureFixture
+def test_tokenizers_and_schedulers_are_read_before_the_modules(
+    client: TestClient, sd1: ModelRecord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # They take milliseconds (the scheduler's first read imports the scheduler classes), so they are done before an
+    # item that arrives early stops the warm-up; the modules follow in the family's order.
     completed_item(client, "demo-sd1")
-    warm_up = warm_up_of(client)
-    caplog.set_level(logging.INFO, logger="invokeai.app.services.warm_up")
-    warm_up.prepare()
-    entered: set[str] = set()
+    models = services_of(client).models
+    order: list[str] = []
+    preload = models.preload
 
-    def count(module: torch.nn.Module, args: object) -> None:
-        if threading.current_thread().name == "warm-up":
-            entered.add(type(module).__name__)
+    def recorded(record: ModelRecord, component: str) -> bool:
+        order.append(component)
+        return preload(record, component)
 
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(count)
-    try:
-        warm_up.start()
-        assert warm_up.wait(timeout=60)
-    finally:
-        hook.remove()
-    done = [r.getMessage() for r in caplog.records if "made the first calls of" in r.getMessage()]
-    assert len(done) == 1, [r.getMessage() for r in caplog.records]
-    operations = ("text_encoder", "unet", "vae_decode", "vae_encode")
-    assert done[0].split("made the first calls of ")[1].split(" in ")[0] == ", ".join(
-        f"demo-sd1/{operation}" for operation in operations
-    )
-    # The forwards ran in the warm-up's thread: each module's, and the VAE's decoder and encoder.
-    assert {"CLIPTextModel", "UNet2DConditionModel", "Decoder", "Encoder"} <= entered
-
-
-def test_real_work_stops_a_first_call_inside_its_forward(
-    client: TestClient, sd1: ModelRecord, caplog: pytest.LogCaptureFixture
-) -> None:
-    completed_item(client, "demo-sd1")
+    monkeypatch.setattr(models, "preload", recorded)
     warm_up = warm_up_of(client)
     warm_up.prepare()
-    caplog.set_level(logging.INFO, logger="invokeai.app.services.warm_up")
-    entered: list[str] = []
-
-    def enqueue_at_the_unet(module: torch.nn.Module, args: object) -> None:
-        # Registered before the warm-up's own hook, so it runs first: real work arrives as the UNet's forward starts.
-        if threading.current_thread().name == "warm-up":
-            entered.append(type(module).__name__)
-            if type(module).__name__ == "UNet2DConditionModel":
-                body = json.loads(EXAMPLE.read_text())
-                assert client.post("/api/v1/queue/default/enqueue_batch", json=body).status_code == 200
-
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(enqueue_at_the_unet)
-    try:
-        warm_up.start()
-        assert warm_up.wait(timeout=60)
-    finally:
-        hook.remove()
-    # The UNet's forward was stopped where it started: no submodule of it ran, and nothing was loaded after it.
-    assert entered[-1] == "UNet2DConditionModel" and entered.count("UNet2DConditionModel") == 1
-    stopped = [r.getMessage() for r in caplog.records if "stopped for real work" in r.getMessage()]
-    assert len(stopped) == 1 and stopped[0].endswith("first calls: demo-sd1/text_encoder)")
-    assert f"{sd1.key}:unet" in module_keys(client) and f"{sd1.key}:vae" not in module_keys(client)
+    warm_up.start()
+    assert warm_up.wait(timeout=60)
+    assert order == ["tokenizer", "scheduler", "text_encoder", "unet", "vae"]
