@@ -214,6 +214,12 @@ class SessionProcessor:
             running_item_ids=running,
         )
 
+    @property
+    def busy(self) -> bool:
+        """A worker is running an item now: status().is_processing without its database read (asked often, by the
+        warm-up, which yields to real work)."""
+        return any(worker.item is not None for worker in self._workers)
+
     def workers(self) -> list[WorkerInfo]:
         infos = []
         for worker in self._workers:

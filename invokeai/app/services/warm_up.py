@@ -9,8 +9,14 @@ and transformers (seconds of CPU, far more than reading a small model), then rea
   are imported, and no weights are guessed at. A server with no model imports nothing.
 - Once the server serves (`start`), a background thread loads the recent models' components into the RAM cache,
   the most recent item's models first, each only where it fits beside what the cache holds (nothing is evicted for
-  a guess). It stops at the first sign of real work (an enqueue, or a worker running an item): a node then loads
-  what it needs itself, and a load the warm-up began is finished once, under the cache's lock, not twice.
+  a guess). Tokenizers and schedulers come first: they are read in milliseconds, and a scheduler's first read
+  imports every scheduler class diffusers lists as compatible with it.
+- Not its modules' first calls: made here, in the warm-up's thread, they were measured not to shorten the first
+  item's calls in its worker's thread, and they took the time the warm-up had for reading what the item needs
+  (docs/performance.md, "Issue 26 §3").
+- It stops at the first sign of real work (an enqueue, or a worker running an item), between two loads: a node then
+  loads what it needs itself. A load the warm-up began is finished once, and only a node that needs that very model
+  waits for it (the cache reads a model outside its lock, under that model's own).
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ logger = logging.getLogger(__name__)
 # How far back the warm-up looks: the models of the last RECENT_ITEMS completed items, at most MAX_MODELS of them.
 RECENT_ITEMS = 10
 MAX_MODELS = 3
+
+
+class _Preempted(Exception):
+    """Real work arrived: the background load stops."""
 
 
 class WarmUp:
@@ -131,29 +141,37 @@ class WarmUp:
             self._thread = None
 
     def _yields(self) -> bool:
-        return self._real_work.is_set() or self._processor.status().is_processing
+        return self._real_work.is_set() or self._processor.busy
 
     def _load(self) -> None:
         started = time.perf_counter()
         loaded, skipped = [], []
-        for record in self._records:
-            for component in self._managers[0].components(record):
-                for index, manager in enumerate(self._managers):
-                    if self._yields():
-                        logger.info(
-                            "Warm-up: stopped for real work after %.1f s (loaded: %s)",
-                            time.perf_counter() - started,
-                            ", ".join(loaded) or "nothing",
-                        )
-                        return
-                    if index and component in get_family(record.family).module_components:
-                        continue  # modules: one RAM copy for every worker
-                    try:
-                        held = manager.preload(record, component)
-                    except Exception as error:  # its node fails with the reason, if it runs
-                        logger.warning("Warm-up: could not load %s %s: %s", record.name, component, error)
-                        held = False
-                    (loaded if held else skipped).append(f"{record.name}/{component}")
+        try:
+            for record in self._records:
+                family = get_family(record.family)
+                # Tokenizers and schedulers first (see the module docstring), then the modules in the family's order.
+                components = sorted(
+                    self._managers[0].components(record), key=lambda name: name in family.module_components
+                )
+                for component in components:
+                    for index, manager in enumerate(self._managers):
+                        if self._yields():
+                            raise _Preempted
+                        if index and component in family.module_components:
+                            continue  # modules: one RAM copy for every worker
+                        try:
+                            held = manager.preload(record, component)
+                        except Exception as error:  # its node fails with the reason, if it runs
+                            logger.warning("Warm-up: could not load %s %s: %s", record.name, component, error)
+                            held = False
+                        (loaded if held else skipped).append(f"{record.name}/{component}")
+        except _Preempted:
+            logger.info(
+                "Warm-up: stopped for real work after %.1f s (loaded: %s)",
+                time.perf_counter() - started,
+                ", ".join(dict.fromkeys(loaded)) or "nothing",
+            )
+            return
         logger.info(
             "Warm-up: loaded %s in %.1f s%s",
             ", ".join(dict.fromkeys(loaded)) or "nothing",

@@ -12,7 +12,10 @@ that device, least recently used first, until the device reports that much free.
 node (the next node often needs the same one) until a reservation needs the room. On the CPU nothing moves. The RAM
 limit counts the RAM copies, which stay while a device holds a copy.
 
-Thread-safe: one lock guards the bookkeeping; a model in use by a node is never evicted or offloaded.
+Thread-safe: one lock guards the bookkeeping; a model in use by a node is never evicted or offloaded. A read from
+disk runs outside that lock, under a lock of its own key: a model is read once however many threads ask for it, and a
+read in progress (the warm-up's, say) holds up nobody who needs another model or only the cache's bookkeeping (a
+worker claiming its next item, a node whose model is held already).
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ class ModelCache:
         self.device_working_mem_bytes = device_working_mem_bytes
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._lock = threading.RLock()
+        self._reading: dict[str, threading.Lock] = {}  # key -> held while that key's model is read from disk
         self._hits = self._misses = self._evictions = self._offloads = 0
         self._last_reservation: dict[str, Any] | None = None
         self._devices: list[torch.device] = [device]  # every device a worker put models on
@@ -116,25 +120,48 @@ class ModelCache:
     def load(self, key: str, loader: Loader) -> torch.nn.Module:
         """The model under `key`, loaded by `loader` on a miss. A model larger than the whole cache is returned but
         not kept; otherwise the least recently used models that are not in use are evicted until it fits."""
-        with self._lock:
-            return self._load_entry(key, loader).model
+        return self._load_entry(key, loader).model
 
     def _load_entry(self, key: str, loader: Loader) -> _Entry:
+        with self._lock:
+            entry = self._hit(key)
+            if entry is not None:
+                return entry
+            reading = self._reading.setdefault(key, threading.Lock())
+        # Whoever reads first reads for everyone asking for this key meanwhile; the others find it held after.
+        with reading:
+            with self._lock:
+                entry = self._hit(key)
+                if entry is not None:
+                    return entry
+                self._misses += 1
+            try:
+                model = loader()
+            except BaseException:
+                with self._lock:
+                    self._reading.pop(key, None)
+                raise
+            entry = _Entry(model, model_bytes(model))
+            where = _device_of(model)
+            if where is not None and where.type != "cpu":
+                entry.copies[where] = model  # a loader that put it on a device: that copy is the only one
+            with self._lock:
+                # Held (or refused) before the key's read lock goes: a thread that asks after finds it, never reads.
+                self._reading.pop(key, None)
+                if self._make_room(entry.size):
+                    self._entries[key] = entry
+                else:
+                    logger.info(
+                        "model %s (%d MiB) does not fit in the model cache; it is not kept", key, entry.size >> 20
+                    )
+            return entry
+
+    def _hit(self, key: str) -> _Entry | None:
+        # Under self._lock.
         entry = self._entries.get(key)
         if entry is not None:
             self._hits += 1
             self._entries.move_to_end(key)
-            return entry
-        self._misses += 1
-        model = loader()
-        entry = _Entry(model, model_bytes(model))
-        where = _device_of(model)
-        if where is not None and where.type != "cpu":
-            entry.copies[where] = model  # a loader that put it on a device: that copy is the only one
-        if self._make_room(entry.size):
-            self._entries[key] = entry
-        else:
-            logger.info("model %s (%d MiB) does not fit in the model cache; it is not kept", key, entry.size >> 20)
         return entry
 
     def _make_room(self, size: int) -> bool:
@@ -188,10 +215,12 @@ class ModelCache:
         """The model on `device` (the execution device unless given: a worker passes its own), with
         max(working_memory_bytes, the floor) reserved beside it."""
         device = self.execution_device if device is None else _indexed(device)
+        loaded = self._load_entry(key, loader)  # read from disk outside the lock (see the module docstring)
         with self._lock:
             if device not in self._devices:
                 self._devices.append(device)
-            entry = self._load_entry(key, loader)
+            # Evicted between the read and here (by another thread's load): this call still runs the copy it got.
+            entry = self._entries.get(key, loaded)
             reserved = max(working_memory_bytes, self.device_working_mem_bytes)
             on_device = device in entry.copies
             needed = reserved + (0 if on_device else entry.size)

@@ -130,3 +130,25 @@ def test_a_server_without_models_warms_nothing(client: TestClient, caplog: pytes
     warm_up.prepare()
     warm_up.start()
     assert not warm_up.running and not caplog.records
+
+
+def test_tokenizers_and_schedulers_are_read_before_the_modules(
+    client: TestClient, sd1: ModelRecord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # They take milliseconds (the scheduler's first read imports the scheduler classes), so they are done before an
+    # item that arrives early stops the warm-up; the modules follow in the family's order.
+    completed_item(client, "demo-sd1")
+    models = services_of(client).models
+    order: list[str] = []
+    preload = models.preload
+
+    def recorded(record: ModelRecord, component: str) -> bool:
+        order.append(component)
+        return preload(record, component)
+
+    monkeypatch.setattr(models, "preload", recorded)
+    warm_up = warm_up_of(client)
+    warm_up.prepare()
+    warm_up.start()
+    assert warm_up.wait(timeout=60)
+    assert order == ["tokenizer", "scheduler", "text_encoder", "unet", "vae"]

@@ -162,6 +162,50 @@ def test_concurrent_loads_of_one_key_load_it_once() -> None:
     assert (cache.stats()["hits"], cache.stats()["misses"]) == (99, 1)
 
 
+def test_a_read_in_progress_holds_up_only_the_threads_that_need_that_model() -> None:
+    # The warm-up reads a model in the background while a worker claims an item (the claim reads the cache's stats)
+    # and its first node loads another model: neither may wait for that read.
+    cache = ModelCache(10 * LINEAR_BYTES, CPU, 0)
+    reading, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def slow_a() -> nn.Module:
+        calls.append("a")
+        reading.set()
+        assert release.wait(30)
+        return nn.Linear(64, 64)
+
+    got: dict[str, nn.Module] = {}
+    first = threading.Thread(target=lambda: got.setdefault("first", cache.load("a", slow_a)))
+    first.start()
+    assert reading.wait(30)
+    second = threading.Thread(target=lambda: got.setdefault("second", cache.load("a", linear_loader(calls, "a"))))
+    second.start()
+    other = threading.Thread(target=lambda: got.setdefault("b", cache.load("b", linear_loader(calls, "b"))))
+    other.start()
+    other.join(10)
+    assert not other.is_alive() and cache.holds("b") and resident(cache) == ["b"]
+    second.join(0.2)
+    assert second.is_alive()  # it needs "a": it waits for the read in progress rather than reading again
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert got["first"] is got["second"] and calls == ["a", "b"]
+    assert (cache.stats()["hits"], cache.stats()["misses"]) == (1, 2)
+
+
+def test_a_failed_read_is_tried_again_by_the_next_load() -> None:
+    cache = ModelCache(10 * LINEAR_BYTES, CPU, 0)
+
+    def broken() -> nn.Module:
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        cache.load("a", broken)
+    calls: list[str] = []
+    assert isinstance(cache.load("a", linear_loader(calls, "a")), nn.Linear) and calls == ["a"]
+
+
 class StandInDevice:
     """A GPU of `capacity` bytes whose only tenants are the cache's models flagged as on the device."""
 
