@@ -1643,6 +1643,306 @@ export interface components {
              */
             affected_boards: string[];
         };
+        /**
+         * AnimaConditioningField
+         * @description A prompt encoded by anima_text_encoder (the Qwen3 states and the adapter's T5 query ids), in the tensor
+         *     store.
+         */
+        AnimaConditioningField: {
+            /**
+             * Conditioning Name
+             * @description The name of the conditioning tensors in the tensor store
+             */
+            conditioning_name: string;
+            /** @description InvokeAI's regional mask; this server takes none yet (null) */
+            mask?: components["schemas"]["TensorField"] | null;
+        };
+        /** AnimaConditioningOutput */
+        AnimaConditioningOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "anima_conditioning_output";
+            /** @description The conditioning */
+            conditioning: components["schemas"]["AnimaConditioningField"];
+        };
+        /**
+         * AnimaDenoiseInvocation
+         * @description Latents denoised by the Anima DiT with flow-matching Euler on the model's schedule: from noise
+         *     (text-to-image), or from `latents` (image-to-image) starting `denoising_start` of the way into the schedule.
+         *     The LLM adapter turns each conditioning into the DiT's context first. Reports every step with a small
+         *     preview.
+         */
+        AnimaDenoiseInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "anima_denoise";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description Latents to start from (anima_i2l), for image-to-image; their size must match */
+            latents?: components["schemas"]["LatentsField"] | null;
+            /** @description InvokeAI's noise input; this server draws the noise from the seed (null) */
+            noise?: components["schemas"]["LatentsField"] | null;
+            /**
+             * Denoise Mask
+             * @description InvokeAI's inpainting mask; this server has no Anima inpainting yet (null)
+             */
+            denoise_mask?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Denoising Start
+             * @description With latents: where in the schedule to start (0: from noise)
+             * @default 0
+             */
+            denoising_start: number;
+            /**
+             * Denoising End
+             * @description Where in the schedule to stop; only 1 (the end) is supported
+             * @default 1
+             */
+            denoising_end: number;
+            /**
+             * Add Noise
+             * @description With latents: noise them to the start (only true)
+             * @default true
+             */
+            add_noise: boolean;
+            /** @description The transformer (anima_model_loader) */
+            transformer?: components["schemas"]["TransformerField"];
+            /**
+             * Positive Conditioning
+             * @description What the image shows (anima_text_encoder): one conditioning, or a list of one (collect)
+             */
+            positive_conditioning?: components["schemas"]["AnimaConditioningField"] | components["schemas"]["AnimaConditioningField"][];
+            /**
+             * Negative Conditioning
+             * @description What the image avoids; needed when guidance_scale > 1 (the pipeline's is "")
+             */
+            negative_conditioning?: components["schemas"]["AnimaConditioningField"] | components["schemas"]["AnimaConditioningField"][] | null;
+            /**
+             * Guidance Scale
+             * @description Classifier-free guidance; 1 turns it off
+             * @default 4.5
+             */
+            guidance_scale: number;
+            /**
+             * Width
+             * @description The width, a multiple of 16
+             * @default 1024
+             */
+            width: number;
+            /**
+             * Height
+             * @description The height, a multiple of 16
+             * @default 1024
+             */
+            height: number;
+            /**
+             * Steps
+             * @description The number of denoising steps
+             * @default 30
+             */
+            steps: number;
+            /**
+             * Seed
+             * @description The seed of the noise
+             * @default 0
+             */
+            seed: number;
+            /**
+             * Control Lllite
+             * @description InvokeAI's LLLite control; this server has none yet (null)
+             */
+            control_lllite?: unknown;
+            /**
+             * Scheduler
+             * @description The sampler (the pipeline's: euler; lcm draws its noise from the seed too)
+             * @default euler
+             * @enum {string}
+             */
+            scheduler: "euler" | "lcm";
+        };
+        /**
+         * AnimaImageToLatentsInvocation
+         * @description Latents of an image (the VAE posterior's mode, as the pipeline encodes: no seed), for image-to-image with
+         *     anima_denoise.
+         */
+        AnimaImageToLatentsInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "anima_i2l";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The image; its sides must be multiples of 16 */
+            image?: components["schemas"]["ImageField"];
+            /** @description The VAE (anima_model_loader) */
+            vae?: components["schemas"]["VAEField"];
+        };
+        /**
+         * AnimaLatentsToImageInvocation
+         * @description The image the Qwen-Image VAE decodes from Anima latents.
+         */
+        AnimaLatentsToImageInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "anima_l2i";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The board to save the image to */
+            board?: components["schemas"]["BoardField"] | null;
+            /** @description Optional metadata to be saved with the image */
+            metadata?: components["schemas"]["MetadataField"] | null;
+            /** @description The latents to decode (anima_denoise) */
+            latents?: components["schemas"]["LatentsField"];
+            /** @description The VAE (anima_model_loader) */
+            vae?: components["schemas"]["VAEField"];
+        };
+        /**
+         * AnimaModelLoaderInvocation
+         * @description An Anima model's transformer (with its LLM adapter), Qwen3 encoder and VAE, for the other Anima nodes. The
+         *     encoder and VAE come from `qwen3_encoder_model` and `vae_model` when given (any Qwen-Image VAE: ComfyUI's
+         *     qwen_image_vae.safetensors), else from the model itself or, for a lone diffusion model file, from the installed
+         *     Anima pipeline it is paired with.
+         */
+        AnimaModelLoaderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "anima_model_loader";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /** @description The Anima model or diffusion model file */
+            model?: components["schemas"]["ModelIdentifier"];
+            /** @description A model whose Qwen-Image VAE to use instead of the model's */
+            vae_model?: components["schemas"]["ModelIdentifier"] | null;
+            /** @description An Anima model or Qwen3 encoder file whose text encoder to use instead of the model's */
+            qwen3_encoder_model?: components["schemas"]["ModelIdentifier"] | null;
+        };
+        /** AnimaModelLoaderOutput */
+        AnimaModelLoaderOutput: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "anima_model_loader_output";
+            /** @description The transformer and its LLM adapter (anima_denoise) */
+            transformer: components["schemas"]["TransformerField"];
+            /** @description The Qwen3 encoder (anima_text_encoder) */
+            qwen3_encoder: components["schemas"]["Qwen3EncoderField"];
+            /** @description The VAE (anima_l2i, anima_i2l) */
+            vae: components["schemas"]["VAEField"];
+        };
+        /**
+         * AnimaTextEncoderInvocation
+         * @description A prompt encoded for anima_denoise: the Qwen3 text model's last hidden state, and the T5 token ids the LLM
+         *     adapter's queries are made of (the pipeline's negative default is "").
+         */
+        AnimaTextEncoderInvocation: {
+            /**
+             * Id
+             * @description The id of this node; unique within its graph
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "anima_text_encoder";
+            /**
+             * Is Intermediate
+             * @description Accepted and stored for InvokeAI's clients; this server does nothing with it.
+             * @default false
+             */
+            is_intermediate: boolean;
+            /**
+             * Use Cache
+             * @description Whether the node may take its output from the invocation cache (node_cache_size): the output a node of the same type with the same input values made before. An output that holds an image is never cached.
+             * @default true
+             */
+            use_cache: boolean;
+            /**
+             * Prompt
+             * @description The prompt
+             */
+            prompt?: string;
+            /** @description The Qwen3 encoder (anima_model_loader) */
+            qwen3_encoder?: components["schemas"]["Qwen3EncoderField"];
+            /** @description InvokeAI's regional prompt mask; this server has no regional prompts yet (null) */
+            mask?: components["schemas"]["TensorField"] | null;
+        };
         /** AppConfig */
         AppConfig: {
             /**
@@ -3622,7 +3922,7 @@ export interface components {
              * @description The nodes of this graph, by node id
              */
             nodes?: {
-                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["ImgResizeInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2ModelLoaderInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"] | components["schemas"]["QwenImageModelLoaderInvocation"] | components["schemas"]["QwenImageTextEncoderInvocation"] | components["schemas"]["QwenImageDenoiseInvocation"] | components["schemas"]["QwenImageLatentsToImageInvocation"] | components["schemas"]["QwenImageImageToLatentsInvocation"] | components["schemas"]["CoreMetadataInvocation"] | components["schemas"]["MainModelLoaderInvocation"] | components["schemas"]["SDXLModelLoaderInvocation"] | components["schemas"]["VAELoaderInvocation"] | components["schemas"]["CLIPSkipInvocation"] | components["schemas"]["CompelInvocation"] | components["schemas"]["SDXLCompelPromptInvocation"] | components["schemas"]["NoiseInvocation"] | components["schemas"]["DenoiseLatentsInvocation"] | components["schemas"]["LatentsToImageInvocation"] | components["schemas"]["ImageToLatentsInvocation"] | components["schemas"]["CollectInvocation"];
+                [key: string]: components["schemas"]["BlankImageInvocation"] | components["schemas"]["ImageResizeInvocation"] | components["schemas"]["ImageBlendInvocation"] | components["schemas"]["ImgResizeInvocation"] | components["schemas"]["IntegerInvocation"] | components["schemas"]["FloatInvocation"] | components["schemas"]["StringInvocation"] | components["schemas"]["BooleanInvocation"] | components["schemas"]["RandomIntInvocation"] | components["schemas"]["SDTextEncoderInvocation"] | components["schemas"]["SDDenoiseInvocation"] | components["schemas"]["SDVaeDecodeInvocation"] | components["schemas"]["SDVaeEncodeInvocation"] | components["schemas"]["Krea2ModelLoaderInvocation"] | components["schemas"]["Krea2TextEncoderInvocation"] | components["schemas"]["Krea2DenoiseInvocation"] | components["schemas"]["FluxModelLoaderInvocation"] | components["schemas"]["FluxTextEncoderInvocation"] | components["schemas"]["FluxDenoiseInvocation"] | components["schemas"]["FluxVaeDecodeInvocation"] | components["schemas"]["FluxVaeEncodeInvocation"] | components["schemas"]["SDXLTextEncoderInvocation"] | components["schemas"]["SDXLDenoiseInvocation"] | components["schemas"]["SDXLVaeDecodeInvocation"] | components["schemas"]["SDXLVaeEncodeInvocation"] | components["schemas"]["ZImageModelLoaderInvocation"] | components["schemas"]["ZImageTextEncoderInvocation"] | components["schemas"]["ZImageDenoiseInvocation"] | components["schemas"]["ZImageLatentsToImageInvocation"] | components["schemas"]["ZImageImageToLatentsInvocation"] | components["schemas"]["QwenImageModelLoaderInvocation"] | components["schemas"]["QwenImageTextEncoderInvocation"] | components["schemas"]["QwenImageDenoiseInvocation"] | components["schemas"]["QwenImageLatentsToImageInvocation"] | components["schemas"]["QwenImageImageToLatentsInvocation"] | components["schemas"]["AnimaModelLoaderInvocation"] | components["schemas"]["AnimaTextEncoderInvocation"] | components["schemas"]["AnimaDenoiseInvocation"] | components["schemas"]["AnimaLatentsToImageInvocation"] | components["schemas"]["AnimaImageToLatentsInvocation"] | components["schemas"]["CoreMetadataInvocation"] | components["schemas"]["MainModelLoaderInvocation"] | components["schemas"]["SDXLModelLoaderInvocation"] | components["schemas"]["VAELoaderInvocation"] | components["schemas"]["CLIPSkipInvocation"] | components["schemas"]["CompelInvocation"] | components["schemas"]["SDXLCompelPromptInvocation"] | components["schemas"]["NoiseInvocation"] | components["schemas"]["DenoiseLatentsInvocation"] | components["schemas"]["LatentsToImageInvocation"] | components["schemas"]["ImageToLatentsInvocation"] | components["schemas"]["CollectInvocation"];
             };
             /**
              * Edges
@@ -3661,7 +3961,7 @@ export interface components {
              * @description Prepared node id (here the node's id) -> that node's output, for each node that ran.
              */
             results: {
-                [key: string]: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["QwenImageModelLoaderOutput"] | components["schemas"]["QwenImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
+                [key: string]: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["QwenImageModelLoaderOutput"] | components["schemas"]["QwenImageConditioningOutput"] | components["schemas"]["AnimaModelLoaderOutput"] | components["schemas"]["AnimaConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             };
             /**
              * Errors
@@ -3814,6 +4114,12 @@ export interface components {
              * @default false
              */
             has_workflow: boolean;
+            /**
+             * Of Incomplete Run
+             * @description Made by a queue item's run that did not complete (the item failed, was canceled, or was interrupted and put back to run again): left out of the image lists unless include_incomplete_runs, and removed by the queue's prune
+             * @default false
+             */
+            of_incomplete_run: boolean;
             /**
              * Image Url
              * @description Where the PNG is (relative to the server, as InvokeAI's)
@@ -4238,7 +4544,7 @@ export interface components {
              * Result
              * @description The node's output, as in the item's session results.
              */
-            result: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["QwenImageModelLoaderOutput"] | components["schemas"]["QwenImageConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
+            result: components["schemas"]["ConditioningOutput"] | components["schemas"]["LatentsOutput"] | components["schemas"]["ImageOutput"] | components["schemas"]["IntegerOutput"] | components["schemas"]["FloatOutput"] | components["schemas"]["StringOutput"] | components["schemas"]["BooleanOutput"] | components["schemas"]["Krea2ModelLoaderOutput"] | components["schemas"]["Krea2ConditioningOutput"] | components["schemas"]["FluxModelLoaderOutput"] | components["schemas"]["FluxConditioningOutput"] | components["schemas"]["ZImageModelLoaderOutput"] | components["schemas"]["ZImageConditioningOutput"] | components["schemas"]["QwenImageModelLoaderOutput"] | components["schemas"]["QwenImageConditioningOutput"] | components["schemas"]["AnimaModelLoaderOutput"] | components["schemas"]["AnimaConditioningOutput"] | components["schemas"]["MetadataOutput"] | components["schemas"]["ModelLoaderOutput"] | components["schemas"]["SDXLModelLoaderOutput"] | components["schemas"]["VAEOutput"] | components["schemas"]["CLIPSkipInvocationOutput"] | components["schemas"]["NoiseOutput"] | components["schemas"]["CollectInvocationOutput"];
             /**
              * Invocation Source Id
              * @description The node's id in the graph that was enqueued (InvokeAI's source node id).
@@ -5151,7 +5457,7 @@ export interface components {
              * @description This server's model family: which nodes can use it.
              * @enum {string}
              */
-            family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image" | "qwen-image";
+            family: "sd-1" | "krea2" | "flux" | "sdxl" | "z-image" | "qwen-image" | "anima";
             /**
              * Size
              * @description Bytes on disk (as file_size).
@@ -6070,7 +6376,7 @@ export interface components {
         };
         /**
          * Qwen3EncoderField
-         * @description InvokeAI's handle on a Qwen3 text encoder and its tokenizer.
+         * @description InvokeAI's handle on a Qwen3 text encoder and its tokenizer (Z-Image's and Anima's loaders pass it).
          */
         Qwen3EncoderField: {
             /** @description The model whose tokenizer this is */
@@ -6160,8 +6466,11 @@ export interface components {
             metadata?: components["schemas"]["MetadataField"] | null;
             /** @description Latents to start from (qwen_image_i2l), for image-to-image; their size must match */
             latents?: components["schemas"]["LatentsField"] | null;
-            /** @description Qwen-Image-Edit's reference latents; this server takes none yet (null) */
-            reference_latents?: components["schemas"]["LatentsField"] | null;
+            /**
+             * Reference Latents
+             * @description Qwen-Image-Edit's reference latents (qwen_image_i2l with reference true), one per reference image given to qwen_image_text_encoder, in the same order; any size
+             */
+            reference_latents?: components["schemas"]["LatentsField"] | components["schemas"]["LatentsField"][] | null;
             /**
              * Denoise Mask
              * @description InvokeAI's inpainting mask; this server has no Qwen-Image inpainting yet (null)
@@ -6288,6 +6597,12 @@ export interface components {
              * @default 0
              */
             seed: number;
+            /**
+             * Reference
+             * @description Encode a Qwen-Image-Edit reference image for qwen_image_denoise's reference_latents, as the Edit pipelines do: resized to about 1024x1024 pixels at its aspect ratio (sides multiples of 32) unless width and height are set, the posterior's mode (no seed)
+             * @default false
+             */
+            reference: boolean;
         };
         /**
          * QwenImageLatentsToImageInvocation
@@ -6427,7 +6742,7 @@ export interface components {
             prompt?: string;
             /**
              * Reference Images
-             * @description Qwen-Image-Edit's reference images; this server takes none yet ([])
+             * @description Qwen-Image-Edit's reference images: one for a QwenImageEditPipeline model, one or more for a QwenImageEditPlusPipeline model, none for the others. The encoder's vision tower sees them; qwen_image_denoise takes their latents (qwen_image_i2l with reference true) as reference_latents
              * @default []
              */
             reference_images: components["schemas"]["ImageField"][];
@@ -9681,6 +9996,8 @@ export interface operations {
                 starred_first?: boolean;
                 /** @description Only images whose metadata or creation time holds this text. */
                 search_term?: string | null;
+                /** @description Also the images of queue runs that did not complete (failed, canceled, or interrupted and run again): left out by default, and removed by the queue's prune. */
+                include_incomplete_runs?: boolean;
             };
             header?: never;
             path?: never;
@@ -9739,6 +10056,8 @@ export interface operations {
                 starred_first?: boolean;
                 /** @description Only images whose metadata or creation time holds this text. */
                 search_term?: string | null;
+                /** @description Also the images of queue runs that did not complete (failed, canceled, or interrupted and run again): left out by default, and removed by the queue's prune. */
+                include_incomplete_runs?: boolean;
             };
             header?: never;
             path?: never;
@@ -11754,6 +12073,8 @@ export interface operations {
                 starred_first?: boolean;
                 /** @description Only images whose metadata or creation time holds this text. */
                 search_term?: string | null;
+                /** @description Also the images of queue runs that did not complete (failed, canceled, or interrupted and run again): left out by default, and removed by the queue's prune. */
+                include_incomplete_runs?: boolean;
             };
             header?: never;
             path?: never;
@@ -11954,7 +12275,7 @@ export interface operations {
                 /** @description Only models of this format. */
                 model_format?: ("omi" | "diffusers" | "checkpoint" | "lycoris" | "onnx" | "olive" | "embedding_file" | "embedding_folder" | "invokeai" | "t5_encoder" | "qwen3_encoder" | "qwen_vl_encoder" | "qwen3_vl_encoder" | "mistral_encoder" | "wan_t5_encoder" | "gemma2_encoder" | "bnb_quantized_int8b" | "bnb_quantized_nf4b" | "gguf_quantized" | "external_api" | "sdnq_quantized" | "unknown") | null;
                 /** @description Only models of this family (this server's own). */
-                family?: ("sd-1" | "krea2" | "flux" | "sdxl" | "z-image" | "qwen-image") | null;
+                family?: ("sd-1" | "krea2" | "flux" | "sdxl" | "z-image" | "qwen-image" | "anima") | null;
             };
             header?: never;
             path?: never;
