@@ -35,7 +35,6 @@ from invokeai.app.services.database import (
     for_share,
     skip_locked,
 )
-from invokeai.app.services.database_retry import DATABASE_ERRORS
 from invokeai.app.services.events import (
     BatchEnqueuedEvent,
     BatchStatusCounts,
@@ -409,18 +408,16 @@ class SessionQueue:
         With other servers on the database (a relay), the events are sent in the change's own transaction: they
         reach the other servers exactly when the change commits, even if this server is killed a moment later, and
         never for a change that rolled back. The events published before (the node's own) go out first, so an
-        item's events keep their order. Alone (SQLite), they are published once the change has committed."""
+        item's events keep their order. Alone (SQLite), they are made in the change's transaction and published once
+        it has committed."""
         relay = self.transactional_events
         if relay is None:
             with self._db.transaction() as cursor:
                 rows = change(cursor)
                 _mark_incomplete_runs(cursor, rows)
-            try:
+                # Made in the change's transaction (the counts after it): a database lost just after the commit
+                # cannot leave a change recorded whose events were never made.
                 events = announce(rows)
-            except DATABASE_ERRORS as error:
-                # Recorded already: a retry would find the change made. Clients re-read the queue on reconnecting.
-                logger.warning("A queue change was recorded, but its events could not be made: %s", error)
-                return rows
             for event in events:
                 self._events.publish(event)
             return rows

@@ -220,6 +220,34 @@ def test_a_claim_whose_item_cannot_be_read_back_is_not_kept_and_ends_with_the_re
     assert (item.status, item.cancel_reason) == ("canceled", DATABASE_UNREACHABLE_REASON)
 
 
+@pytest.mark.parametrize("db", ENGINES, indirect=True)
+def test_a_change_whose_events_cannot_be_made_is_not_recorded_and_its_retry_announces_it_once(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database goes away while an item's end is announced (its counts read). Had the end committed before, its
+    # event would be lost for good: the change and the making of its events are one transaction.
+    events = EventBus()
+    recorder = EventRecorder()
+    events.add_listener(recorder)
+    queue = SessionQueue(db, events, 100, lease_seconds=30.0)
+    queue.enqueue_batch("default", integer_batch(runs=1))
+    item = queue.dequeue(worker="w0")
+    assert item is not None
+    lost = sqlite3.OperationalError if db.dialect == "sqlite" else psycopg.OperationalError
+
+    def counts_lost(*args: Any) -> Any:
+        raise lost("terminating connection due to administrator command")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(queue, "_counts_after_change", counts_lost)
+        with pytest.raises(lost):
+            queue.complete(item.item_id, {})
+    assert _status(queue, item.item_id) == "in_progress"
+    assert queue.complete(item.item_id, {})
+    ends = [e for e in recorder.events if getattr(e, "status", None) == "completed"]
+    assert [e.item_id for e in ends] == [item.item_id]
+
+
 def _skew_this_hosts_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """The queue's host clock `seconds` off (a host without NTP); the database's clock is untouched."""
     from invokeai.app.services import session_queue
