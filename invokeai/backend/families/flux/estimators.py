@@ -23,14 +23,8 @@ N; D, I: T5 width and feed-forward width; L: T5 tokens; h: T5 heads):
   rotary temporaries for q and k, output; feed-forward: residual, norm output, the 4 W projection and its GELU,
   output) per token.
 - VAE decode and encode: the AutoencoderKL walk (invokeai/backend/cache/clip_unet_vae.py).
-The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU for demo-flux
-(peak live bytes, fp32, batches raised to 8 MiB): estimate / measured at 64 and 128 px was 1.12 (CLIP), 1.11 (T5),
-1.05-1.08 (transformer), 1.09 (decode) and 1.05 (encode). At real width the transformer was measured too
-(`--full-size flux --override num_layers=2,num_single_layers=2 --components transformer`: FLUX.1-dev's hidden 3072,
-24 heads of 128, MLP 12288 and joint width 4096, 2 double and 2 single blocks with random weights built on the fly;
-fp32, CPU, batch 1, 512 T5 tokens): 144.9 MiB estimated against 135.8 measured at 256 px and 289.8 against 271.5
-at 512 px, 1.07 at both (the structural bytes alone were 0.93 of the peak). On CUDA the same formulas apply,
-unverified there until the script is run on a GPU.
+The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU, so the
+estimate lies within 1.0-1.3 of the measurement. Calibration figures: docs/families.md, "Calibration".
 """
 
 from __future__ import annotations

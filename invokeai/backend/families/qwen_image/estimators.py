@@ -22,9 +22,7 @@ transformer W: its width, d: head dim, S = T + image tokens):
   output (D item), the rotary tables (8 d item) and, padded, the bool mask's row (L bytes). Phases: the rotation
   (2 D + 3 (W + 2K), item), SDPA (2 D + 2 W + 2 K, item; padded, + 2 W for K and V repeated to the query heads and L
   for the mask's additive copy) and the MLP (D item + D f32 + 3.5 I item). The server runs the text model under
-  the language-model head (generation.text_model): no logits, and no hidden state but the last is kept. Against
-  the measured peak: 1.06-1.15 on the demo (padded and not, 60-1058 tokens), 1.17 at Qwen2.5-VL-7B's widths with
-  two layers (300 and 1058 tokens).
+  the language-model head (generation.text_model): no logits, and no hidden state but the last is kept.
 - text encoder with reference images (Qwen-Image-Edit; `vision_patches`): the vision tower runs first, over all the
   images' patches P (batch 1, every image in one sequence): per patch the patch embedding, the rotary tables (fp32)
   and a window-ordered copy, and a block's larger phase, attention (7 D + 2 D f32: residual, normalised input, qkv,
@@ -32,9 +30,7 @@ transformer W: its width, d: head dim, S = T + image tokens):
   up and their product; widths fitted to the measured peaks). The pixels are the call's input, as the text's token
   ids are. The text layers then run over the prompt with the image tokens (`prompt_tokens` counts them), holding two
   more copies of the embeddings (the tokens' own and the image features scattered in). The larger of the two is
-  priced: against the measured peak, 1.07-1.17 on demo-qwen-image-edit's encoder (one to three images, 200-600
-  tokens) and 1.11 on Qwen2.5-VL-7B's vision tower (two blocks, 1024 and 1216 patches). The transformer with
-  reference latents: 1.11 (one and two references at 1 MP).
+  priced.
 - transformer: B x the largest of a block's three phases, in widths W of item per token, + the rotary tables
   (complex64, 4 d bytes a token). A block keeps its locals until it returns, and its caller the block's input:
   during the image stream's feed-forward an image token holds 15 (input, new residual, normalised and modulated
@@ -46,8 +42,8 @@ transformer W: its width, d: head dim, S = T + image tokens):
   measured peak, demo and full width).
 - VAE decode and encode: the AutoencoderKLQwenImage walks (invokeai/backend/cache/causal_vae.py).
 The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU (torch 2.13,
-peak live bytes, fp32, batches raised to 8 MiB), see ACTIVATION_FACTOR. On CUDA the same formulas apply, unverified
-there until the script is run on a GPU.
+peak live bytes, fp32, batches raised to 8 MiB), see ACTIVATION_FACTOR. Calibration figures: docs/families.md,
+"Calibration". On CUDA the same formulas apply, unverified there until the script is run on a GPU.
 """
 
 from __future__ import annotations

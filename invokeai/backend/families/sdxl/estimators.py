@@ -15,26 +15,10 @@ SDXL's components are the CLIP text encoders, UNet2DConditionModel and Autoencod
   it, and so does `generation.vae_decode`); encoding upcasts any 16-bit VAE with force_upcast. Upcast calls are
   priced at fp32, plus the fp32 copy of the weights the in-place upcast allocates (2 bytes more per parameter than
   the fp16 ones it replaces, counted from the config).
-The factors scale the walks to what `scripts/calibrate_working_memory.py` measured on CPU for demo-sdxl (peak live
-bytes, fp32, 64-256 px, batches raised to 8 MiB) so the estimate lies between 1.0 and 1.3 times the measurement:
-text encoder 1.17, text_encoder_2 1.12-1.13, UNet 1.21-1.23, VAE decode 1.10-1.12, encode 1.09-1.11 (2-core
-Xeon with AVX-512 and AMX, torch 2.13.0). The VAE is SD-1's architecture and keeps the walk's own factors
-(calibrated on SD-1's demo), with 5% more for decode and 3% for encode: with those alone the same demo VAE measured
-1.02-1.07 from run to run there, too close to 1.0; on a 2-core AMD EPYC (torch 2.13.0, transformers 5.25) encode
-measured 1.31 with 5% more at 128 px and batch 3, over the 1.3 bound, and 1.25-1.28 at 64-256 px with 3%.
-The same formulas at full size (`scripts/calibrate_working_memory.py --full-size sdxl`: the shipped configs/sdxl,
-random fp16 weights loaded in fp32; the demo models are too small to show the weight copies and GEMM buffers that
-count there), estimate / measured MiB:
-
-| Operation | Size | Estimate | Measured | Ratio |
-|---|---|---|---|---|
-| UNet (batch 2: guidance) | 256 px | 131.6 | 130.3 | 1.01 |
-| UNet (batch 2: guidance) | 512 px | 190.5 | 181.4 | 1.05 |
-| text_encoder (CLIP ViT-L, 2 prompts) | 77 tokens | 12.9 | 11.7 | 1.10 |
-| text_encoder_2 (OpenCLIP bigG) | 77 tokens | 17.4 | 15.8 | 1.10 |
-
-At 256 px most of the UNet's figure is the copy oneDNN makes of its widest convolution's weight (up_blocks.0's
-first conv1, 2560 to 1280 channels: 112.5 MiB in fp32) on each call. On CUDA the formulas are unverified.
+The factors scale the walks to what `scripts/calibrate_working_memory.py` measured on CPU for demo-sdxl, so the
+estimate lies between 1.0 and 1.3 times the measurement. The VAE is SD-1's architecture and keeps the walk's own
+factors (calibrated on SD-1's demo), with 5% more for decode and 3% for encode: with the walk's alone it measured too
+close to 1.0 on one CPU. Calibration figures: docs/families.md, "Calibration".
 """
 
 from __future__ import annotations

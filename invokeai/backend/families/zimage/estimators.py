@@ -29,16 +29,8 @@ its feed-forward width, d: head dim):
   and the SwiGLU's w1 and w3 outputs, the SiLU and the product (the feed-forward outweighs the attention's q, k, v,
   rotated copies and output).
 - VAE decode and encode: the AutoencoderKL walk (invokeai/backend/cache/clip_unet_vae.py).
-The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU (AMD EPYC,
-torch 2.13, peak live bytes, fp32, batches raised to 8 MiB, CFG on): for the demo architecture (`--full-size z-image
---variant zimage-demo`) estimate / measured at 64-256 px was 1.11 (text encoder), 1.08-1.10 (transformer),
-1.06-1.23 (decode) and 1.23-1.24 (encode; the AutoencoderKL walk allows for AVX-512's wider oneDNN blocks, which
-this AVX2 machine does not use). At real width (`--variant z-image --override n_layers=1,n_refiner_layers=0
---components transformer`: dim 3840, 30 heads of 128, feed-forward 10240, caption width 2560, one main layer, CFG
-batch of two, 512 caption tokens) the transformer was 372.1 MiB estimated against 354.2 measured at 256 px (1.05;
-the structural bytes alone were 0.94 of the peak); Qwen3-4B's widths with 2 layers (hidden 2560, 32/8 heads of 128,
-MLP 9728, 512 tokens) were 1.25 padded and unpadded. On CUDA the same formulas apply, unverified there until the
-script is run on a GPU.
+The factors scale the structural bytes to what `scripts/calibrate_working_memory.py` measured on CPU, so the
+estimate lies within 1.0-1.3 of the measurement. Calibration figures: docs/families.md, "Calibration".
 """
 
 from __future__ import annotations
